@@ -1,0 +1,48 @@
+"""Helpers the task folders share: size tables and seeded, mixed-sign input draws."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+# Each seed picks one distribution, so three consecutive seeds cover all three; every one is mixed-sign.
+DISTRIBUTIONS = ("normal", "uniform", "heavy")
+
+
+def dims(config: dict, sizes: dict, size: str) -> dict:
+    """The task's parameters at `size`: CONFIG for 'full', CONFIG overridden by SIZES[size] otherwise."""
+    if size == "full":
+        return dict(config)
+    if size not in sizes:
+        raise ValueError(f"unknown size {size!r}; this task has 'full' and {sorted(sizes)}")
+    return {**config, **sizes[size]}
+
+
+def distribution(seed: int) -> str:
+    """The input distribution used for `seed`."""
+    return DISTRIBUTIONS[seed % len(DISTRIBUTIONS)]
+
+
+def draw(key, shape, dtype, seed: int, scale: float = 1.0, shift: float = 0.0):
+    """A tensor of unit-variance, mixed-sign noise from the seed's distribution, times `scale` plus `shift`."""
+    kind = distribution(seed)
+    if kind == "normal":
+        x = jax.random.normal(key, shape, jnp.float32)
+    elif kind == "uniform":
+        x = jax.random.uniform(key, shape, jnp.float32, -math.sqrt(3.0), math.sqrt(3.0))
+    else:  # Student-t with 4 degrees of freedom, scaled to unit variance: occasional large values.
+        x = jax.random.t(key, 4.0, shape, jnp.float32) / math.sqrt(2.0)
+    return (x * scale + shift).astype(dtype)
+
+
+def weight(key, shape, dtype, seed: int, fan_in: int | None = None):
+    """A weight tensor scaled by 1/sqrt(fan_in) (default: shape[0]) so layer outputs stay O(1)."""
+    fan_in = fan_in or shape[0]
+    return draw(key, shape, dtype, seed, scale=1.0 / math.sqrt(fan_in))
+
+
+def keys(seed: int, n: int):
+    """`n` independent PRNG keys for `seed`."""
+    return list(jax.random.split(jax.random.PRNGKey(seed), n))

@@ -1,0 +1,146 @@
+"""Loading a benchmark task (a suite name or a public-JAXBench-style folder) and its declared data."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from types import ModuleType
+
+import jaxbench
+
+__all__ = ["Task", "TaskError", "load_task", "DEFAULT_TOLERANCE"]
+
+# Fixed by the benchmark, never by a caller: max|out - ref| / max|ref| must stay below this.
+# Measured on CPU: bf16 outputs land near 2.5e-3, f32 kernels near 3e-7 (see platform-facts.md).
+DEFAULT_TOLERANCE = {"bfloat16": 2e-2, "float16": 1e-2, "float32": 1e-3, "float64": 1e-6}
+
+
+class TaskError(ValueError):
+    """The task could not be found or does not follow the task interface."""
+
+
+@dataclass
+class Task:
+    name: str
+    path: Path  # the task folder
+    source: str  # "jaxbench" for the shipped suite, "folder" for any other folder
+    _module: ModuleType | None = field(default=None, repr=False)
+
+    @property
+    def tier(self) -> str:
+        return jaxbench.tier_of(self.name)
+
+    @property
+    def baseline_file(self) -> Path:
+        return self.path / "baseline.py"
+
+    @property
+    def reference_kernel(self) -> Path | None:
+        """The shipped hand-written Pallas kernel, if the task has one."""
+        p = self.path / "kernel.py"
+        return p if p.is_file() else None
+
+    @cached_property
+    def digest(self) -> str:
+        """Content hash of baseline.py and the shared helpers, for caching references."""
+        h = hashlib.sha256(self.baseline_file.read_bytes())
+        common = Path(jaxbench.__file__).with_name("_common.py")
+        h.update(common.read_bytes())
+        return h.hexdigest()[:16]
+
+    @property
+    def module(self) -> ModuleType:
+        if self._module is None:
+            self._module = _import_file(self.baseline_file, f"_maxkernel_task_{_ident(self.name)}_{self.digest}")
+        return self._module
+
+    @property
+    def config(self) -> dict:
+        return dict(getattr(self.module, "CONFIG", {}))
+
+    @property
+    def sizes(self) -> list[str]:
+        return ["full"] + sorted(getattr(self.module, "SIZES", {}))
+
+    @property
+    def seedable(self) -> bool:
+        """Whether create_inputs takes size/seed (ours) or only dtype (a plain public JAXBench task)."""
+        params = inspect.signature(self.module.create_inputs).parameters
+        return "seed" in params and "size" in params
+
+    @property
+    def default_dtype(self):
+        p = inspect.signature(self.module.create_inputs).parameters.get("dtype")
+        return None if p is None or p.default is inspect.Parameter.empty else p.default
+
+    def create_inputs(self, size: str = "full", seed: int = 42, dtype=None) -> tuple:
+        """The input tuple at `size` for `seed` (plain public tasks: full size, their own fixed seed)."""
+        kw = {} if dtype is None else {"dtype": dtype}
+        if self.seedable:
+            if size not in self.sizes:
+                raise TaskError(f"task {self.name} has no size {size!r} (has {', '.join(self.sizes)})")
+            out = self.module.create_inputs(size=size, seed=seed, **kw)
+        else:
+            if size != "full":
+                raise TaskError(f"task {self.name} declares no sizes; only --size full works for it")
+            out = self.module.create_inputs(**kw)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    def flops(self, size: str = "full") -> int | None:
+        fn = getattr(self.module, "get_flops", None)
+        if fn is None:
+            return None
+        try:
+            return int(fn(size=size)) if "size" in inspect.signature(fn).parameters else (int(fn()) if size == "full" else None)
+        except Exception:
+            return None
+
+    def tolerance(self, dtype_name: str) -> float:
+        """The task's fixed error bound for outputs of `dtype_name`."""
+        own = getattr(self.module, "TOLERANCE", {}) or {}
+        if dtype_name in own:
+            return float(own[dtype_name])
+        return DEFAULT_TOLERANCE.get(dtype_name, DEFAULT_TOLERANCE["float32"])
+
+
+def load_task(spec: str | Path) -> Task:
+    """A task from a suite name (`8p_GEMM`) or a folder (or its baseline.py) in the JAXBench layout."""
+    text = str(spec)
+    try:
+        return Task(name=text, path=jaxbench.task_dir(text), source="jaxbench")
+    except KeyError:
+        pass
+    path = Path(text).expanduser()
+    if path.is_file() and path.name == "baseline.py":
+        path = path.parent
+    if path.is_dir() and (path / "baseline.py").is_file():
+        return Task(name=path.resolve().name, path=path.resolve(), source="folder")
+    raise TaskError(f"unknown task {text!r}: not a suite task (see `maxkernel bench list`) nor a folder with baseline.py")
+
+
+def _ident(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name)
+
+
+def _import_file(path: Path, module_name: str) -> ModuleType:
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise TaskError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception:
+        sys.modules.pop(module_name, None)
+        raise
+    for attr in ("create_inputs", "workload"):
+        if not callable(getattr(module, attr, None)):
+            raise TaskError(f"{path} does not define {attr}()")
+    return module
