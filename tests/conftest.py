@@ -1,6 +1,25 @@
-"""Shared test set-up: CPU-only JAX, and the suite's tasks as a parameter list."""
+"""Shared test set-up: CPU-only JAX, a private reference cache, and a shared sandboxed evaluator."""
 
 import os
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+# References computed by the tests go to a cache of their own, never the user's.
+os.environ["MAXKERNEL_CACHE_DIR"] = os.environ.get("MAXKERNEL_TEST_CACHE_DIR") or tempfile.mkdtemp(prefix="mk-test-cache-")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+KERNELS = Path(__file__).parent / "harness" / "kernels"
+
+
+@pytest.fixture(scope="session")
+def evaluator():
+    """One evaluator with one pre-started sandboxed worker, shared by every test that judges kernels."""
+    from maxkernel.harness.evaluate import Evaluator
+    from maxkernel.harness.sandbox import WorkerPool
+
+    with Evaluator(WorkerPool(size=1)) as ev:
+        yield ev

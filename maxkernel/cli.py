@@ -1,0 +1,172 @@
+"""The `maxkernel` command line (see cli.md for the contract: --json, exit codes 0/1/2)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+
+__all__ = ["main"]
+
+
+class UsageError(Exception):
+    """Bad input from the user: exit code 2 with a one-line message."""
+
+
+def _emit(args, payload, text: str) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(payload, indent=2, default=str))
+    else:
+        print(text)
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _task(spec: str):
+    from maxkernel.tasks import TaskError, load_task
+
+    try:
+        return load_task(spec)
+    except TaskError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _kernel(path: str):
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"kernel file not found: {path}")
+    return p
+
+
+def _size(task, size: str) -> str:
+    if size not in task.sizes:
+        raise UsageError(f"task {task.name} has no size {size!r} (has {', '.join(task.sizes)})")
+    return size
+
+
+# -- bench ------------------------------------------------------------------------------------------------
+def cmd_bench_list(args) -> int:
+    from maxkernel.bench import list_tasks
+
+    rows = list_tasks()
+    lines = [f"{r['name']:<58} {r['tier']}  {'reference kernel' if r['reference_kernel'] else ''}" for r in rows]
+    _emit(args, rows, "\n".join(lines) + f"\n{len(rows)} tasks")
+    return 0
+
+
+def cmd_bench_run(args) -> int:
+    import jaxbench
+    from maxkernel.bench import time_task
+
+    if not args.all and not args.task:
+        raise UsageError("give --task TASK (repeatable) or --all")
+    tasks = [_task(t) for t in (jaxbench.task_names() if args.all else args.task)]
+    for t in tasks:
+        _size(t, args.size)
+    results = []
+    for i, task in enumerate(tasks, 1):
+        _progress(f"[{i}/{len(tasks)}] {task.name} ({args.size})")
+        try:
+            results.append(time_task(task, args.size, reps=args.reps, with_reference=not args.no_reference))
+        except Exception as exc:  # one broken task must not lose the others' figures
+            results.append({"name": task.name, "size": args.size, "error": f"{type(exc).__name__}: {exc}"[:500]})
+    lines = []
+    for r in results:
+        if "error" in r:
+            lines.append(f"{r['name']:<58} ERROR {r['error']}")
+            continue
+        ref = r.get("reference_kernel")
+        extra = f"  reference kernel {ref['median_ms']:.3f} ms" if ref else ""
+        lines.append(f"{r['name']:<58} {r['median_ms']:>10.3f} ms ±{r['iqr_ms']:.3f}  {r['backend']}{extra}")
+    _emit(args, {"size": args.size, "tasks": results}, "\n".join(lines))
+    return 0
+
+
+# -- evaluate ---------------------------------------------------------------------------------------------
+def cmd_evaluate(args) -> int:
+    from maxkernel.harness.evaluate import evaluate
+
+    task = _task(args.task)
+    kernel = _kernel(args.kernel)
+    _size(task, args.size)
+    if args.seeds < 1:
+        raise UsageError("--seeds must be at least 1")
+    seeds = list(range(args.seed_base, args.seed_base + args.seeds))
+    _progress(f"evaluating {kernel} on {task.name} ({args.size}, seeds {seeds[0]}..{seeds[-1]}) in a sandbox")
+    v = evaluate(task, kernel, size=args.size, seeds=seeds, timeout=args.timeout)
+    lines = [f"{v.status.upper()}: {v.reason}"]
+    if v.correctness.max_rel_err is not None:
+        lines.append(f"max error {v.correctness.max_rel_err:.3g} (tolerance {v.correctness.tolerance:.3g}) "
+                     f"over seeds {v.correctness.seeds}")
+    if v.kernel and v.baseline:
+        lines.append(f"kernel {v.kernel.median_ms:.3f} ms ±{v.kernel.iqr_ms:.3f}, baseline {v.baseline.median_ms:.3f}"
+                     f" ms ±{v.baseline.iqr_ms:.3f}, speedup {v.speedup:.3f}x")
+        lines.append(f"({v.timing_label})")
+    if v.integrity:
+        lines.append(f"{v.integrity.get('pallas_share', 0):.0%} of FLOPs inside Pallas "
+                     f"({v.integrity.get('pallas_calls', 0)} pallas_call)")
+    if v.flags:
+        lines.append("flags: " + ", ".join(v.flags))
+    _emit(args, v.model_dump(), "\n".join(lines))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="maxkernel", description="Write, verify, profile and tune JAX Pallas kernels.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    bench = sub.add_parser("bench", help="the jaxbench suite").add_subparsers(dest="bench_command", required=True)
+    b = bench.add_parser("list", help="list the suite's tasks")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_bench_list)
+    b = bench.add_parser("run", help="time the XLA baselines (and reference kernels) on this machine's backend")
+    b.add_argument("--task", action="append", help="task name or folder (repeatable)")
+    b.add_argument("--all", action="store_true", help="every suite task")
+    b.add_argument("--size", default="smoke", choices=["smoke", "full"])
+    b.add_argument("--reps", type=int, default=20)
+    b.add_argument("--no-reference", action="store_true", help="skip the shipped reference kernels")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_bench_run)
+
+    e = sub.add_parser("evaluate", help="the trusted verdict on a kernel: sandboxed, multi-seed, integrity-checked")
+    e.add_argument("--task", required=True)
+    e.add_argument("--kernel", required=True)
+    e.add_argument("--size", default="smoke", choices=["smoke", "full"])
+    e.add_argument("--seeds", type=int, default=3, help="number of seeds (default 3)")
+    e.add_argument("--seed-base", type=int, default=0, help="first seed (held-out verdicts use a base the agent never saw)")
+    e.add_argument("--timeout", type=float, default=None, help="seconds for the candidate run")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=cmd_evaluate)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed a one-line usage error
+        return 2 if exc.code else 0
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"maxkernel: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("maxkernel: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001
+        print(f"maxkernel: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if os.environ.get("MAXKERNEL_DEBUG"):
+            traceback.print_exc()
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Sandbox job: import a candidate kernel, run it on the given inputs, time it against the baseline."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+
+__all__ = ["run", "load_kernel"]
+
+
+def load_kernel(path: Path, name: str = "candidate_kernel"):
+    """Import a kernel file as a fresh module; it must define workload()."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, "workload", None)):
+        raise AttributeError(f"{path.name} does not define workload(*inputs)")
+    return module
+
+
+def interpret_context(backend: str, detect_races: bool = False):
+    """On CPU, run TPU kernels written for hardware under the strict TPU interpreter; elsewhere natively."""
+    import contextlib
+
+    if backend != "cpu":
+        return contextlib.nullcontext()
+    from jax.experimental.pallas import tpu as pltpu
+
+    return pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(detect_races=detect_races))
+
+
+def _fail(stage: str, exc: BaseException, **extra) -> dict:
+    return {"status": "error", "stage": stage, "error": f"{type(exc).__name__}: {exc}"[:2000],
+            "traceback": traceback.format_exc()[-3000:], **extra}
+
+
+def _timed(fn, args, clock) -> float:
+    import jax
+
+    t0 = clock()
+    jax.block_until_ready(fn(*args))
+    return (clock() - t0) * 1e3
+
+
+def run(job: dict, scratch: Path) -> dict:
+    """job: {task, seeds, kernel (file name in scratch), tunables, reps, time_budget_s, detect_races}."""
+    import jax
+
+    from maxkernel.harness import worker
+    from maxkernel.harness.arrays import load_arrays, save_arrays
+    from maxkernel.harness.integrity import census
+    from maxkernel.tasks import load_task
+
+    clock = worker.TIMERS["perf_counter"]
+    backend = jax.default_backend()
+    task = load_task(job["task"])
+    seeds = job["seeds"]
+    inputs = {s: tuple(jax.device_put(x) for x in load_arrays(scratch / f"inputs_{s}.npz")) for s in seeds}
+    first = inputs[seeds[0]]
+    # The baseline is compiled before any candidate code exists in this process.
+    baseline = jax.jit(task.module.workload).lower(*first).compile()
+
+    try:
+        module = load_kernel(scratch / job["kernel"])
+    except BaseException as exc:  # noqa: BLE001
+        return _fail("import", exc, backend=backend)
+    tunables = job.get("tunables") or {}
+    fn = (lambda *a: module.workload(*a, **tunables)) if tunables else module.workload
+
+    races = job.get("detect_races", False)
+    t0 = clock()
+    try:
+        with interpret_context(backend, races):
+            traced = jax.jit(fn).trace(*first)
+    except BaseException as exc:  # noqa: BLE001
+        return _fail("trace", exc, backend=backend)
+    counted = census(traced.jaxpr).as_dict()
+    try:
+        with interpret_context(backend, races):
+            compiled = traced.lower().compile()
+    except BaseException as exc:  # noqa: BLE001
+        return _fail("compile", exc, backend=backend, census=counted)
+    compile_s = clock() - t0
+
+    outputs, run_ms = {}, []
+    for s in seeds:
+        try:
+            t1 = clock()
+            out = jax.block_until_ready(compiled(*inputs[s]))
+            run_ms.append((clock() - t1) * 1e3)
+        except BaseException as exc:  # noqa: BLE001
+            return _fail("run", exc, backend=backend, census=counted, seed=s)
+        name = f"out_{s}.npz"
+        save_arrays(scratch / name, [jax.device_get(x) for x in jax.tree_util.tree_leaves(out)])
+        outputs[str(s)] = name
+
+    found = _races_found() if races and backend == "cpu" else None
+    timing = {"baseline_ms": [], "kernel_ms": []}
+    if job.get("reps", 0) > 0:
+        # Interleaved, after a warm-up of each, until the rep count or the time budget runs out.
+        _timed(baseline, first, clock)
+        _timed(compiled, first, clock)
+        deadline = clock() + job.get("time_budget_s", 2.0)
+        while len(timing["kernel_ms"]) < job["reps"] and (clock() < deadline or len(timing["kernel_ms"]) < 3):
+            timing["baseline_ms"].append(_timed(baseline, first, clock))
+            timing["kernel_ms"].append(_timed(compiled, first, clock))
+    return {"status": "ran", "backend": backend, "census": counted, "outputs": outputs, "compile_s": compile_s,
+            "run_ms": run_ms, "timing": timing, "races": found, "timers_replaced": worker.replaced_timers()}
+
+
+def _races_found() -> bool | None:
+    try:
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
+    except ImportError:
+        return None
+    state = getattr(ipc, "races", None)
+    return bool(getattr(state, "races_found", False)) if state is not None else None

@@ -1,0 +1,167 @@
+"""Integrity checks on a traced candidate: where its FLOPs run (inside Pallas or in XLA) and forbidden escapes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["Census", "census", "judge", "MIN_PALLAS_SHARE", "MAX_OUTSIDE_CONTRACTION_SHARE", "MIN_WORK_RATIO"]
+
+# A candidate must do most of its arithmetic inside pallas_call, and its matmuls/convolutions almost entirely.
+MIN_PALLAS_SHARE = 0.5
+MAX_OUTSIDE_CONTRACTION_SHARE = 0.2
+# A kernel doing less than this share of the baseline's arithmetic is returning precomputed data.
+MIN_WORK_RATIO = 0.05
+
+_ELEMENTWISE = frozenset("""
+add sub mul div rem max min neg abs sign exp exp2 log log1p expm1 tanh logistic sin cos tan atan2 sqrt rsqrt cbrt
+pow integer_pow erf erfc erf_inv square floor ceil round nextafter select_n clamp eq ne lt le gt ge and or not xor
+is_finite asin acos atan sinh cosh asinh acosh atanh
+""".split())
+_REDUCTIONS = frozenset("""
+reduce_sum reduce_max reduce_min reduce_prod reduce_and reduce_or argmax argmin cumsum cumprod cummax cummin
+cumlogsumexp reduce_precision
+""".split()) - {"reduce_precision"}
+# Host escapes: arbitrary Python or native code that the harness cannot see into.
+_FORBIDDEN = frozenset({"pure_callback", "io_callback", "debug_callback", "ffi_call", "custom_call"})
+
+
+@dataclass
+class Census:
+    total_flops: float = 0.0
+    pallas_flops: float = 0.0
+    contraction_flops: float = 0.0
+    outside_contraction_flops: float = 0.0
+    pallas_calls: int = 0
+    forbidden: list = field(default_factory=list)  # names of host-escape primitives found
+    opaque_loops: int = 0  # while loops outside Pallas that contain a matmul/conv (trip count unknown)
+
+    @property
+    def pallas_share(self) -> float:
+        return self.pallas_flops / self.total_flops if self.total_flops else (1.0 if self.pallas_calls else 0.0)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Census":
+        """Read back what as_dict() wrote (e.g. from a sandbox result)."""
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["pallas_share"] = round(self.pallas_share, 4)
+        return d
+
+
+def _size(aval) -> int:
+    shape = getattr(aval, "shape", ())
+    return int(math.prod(shape)) if shape else 1
+
+
+def _jaxpr_of(obj):
+    """The open Jaxpr inside `obj` (a Jaxpr or ClosedJaxpr), or None."""
+    if hasattr(obj, "eqns"):
+        return obj
+    inner = getattr(obj, "jaxpr", None)
+    return inner if inner is not None and hasattr(inner, "eqns") else None
+
+
+def _eqn_flops(eqn) -> tuple[float, float]:
+    """(all FLOPs, contraction FLOPs) of one primitive application, not counting sub-jaxprs."""
+    name = eqn.primitive.name
+    out = _size(eqn.outvars[0].aval) if eqn.outvars else 0
+    if name == "dot_general":
+        (lc, _), _ = eqn.params["dimension_numbers"]
+        lhs_shape = eqn.invars[0].aval.shape
+        k = math.prod(lhs_shape[d] for d in lc) if lc else 1
+        f = 2.0 * out * k
+        return f, f
+    if name == "conv_general_dilated":
+        rhs = eqn.invars[1].aval.shape
+        out_feature_dim = eqn.params["dimension_numbers"].rhs_spec[0]
+        f = 2.0 * out * math.prod(rhs) / max(rhs[out_feature_dim], 1)
+        return f, f
+    if name in _ELEMENTWISE:
+        return float(out), 0.0
+    if name in _REDUCTIONS:
+        return float(_size(eqn.invars[0].aval)), 0.0
+    return 0.0, 0.0
+
+
+def _walk(jaxpr, c: Census, scale: float, in_pallas: bool) -> tuple[float, float]:
+    """Add the FLOPs of `jaxpr` (times `scale`) to `c`; returns (flops, contraction flops) of this jaxpr."""
+    total = contraction = 0.0
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name in _FORBIDDEN or name.endswith("_callback"):
+            c.forbidden.append(name)
+        if name == "pallas_call":
+            c.pallas_calls += 1
+            body = _jaxpr_of(eqn.params["jaxpr"])
+            grid = tuple(getattr(eqn.params["grid_mapping"], "grid", ()) or ())
+            steps = math.prod(g for g in grid if isinstance(g, int)) if grid else 1
+            f, k = _walk(body, c, scale * steps, True)
+        elif name == "cond":
+            parts = [_walk_probe(_jaxpr_of(b)) for b in eqn.params["branches"]]
+            best = max(range(len(parts)), key=lambda i: parts[i][0])
+            f, k = _walk(_jaxpr_of(eqn.params["branches"][best]), c, scale, in_pallas)
+        elif name == "scan":
+            f, k = _walk(_jaxpr_of(eqn.params["jaxpr"]), c, scale * eqn.params["length"], in_pallas)
+        elif name == "while":
+            f, k = _walk(_jaxpr_of(eqn.params["body_jaxpr"]), c, scale, in_pallas)
+            f2, k2 = _walk(_jaxpr_of(eqn.params["cond_jaxpr"]), c, scale, in_pallas)
+            f, k = f + f2, k + k2
+            if k and not in_pallas:
+                c.opaque_loops += 1
+        else:
+            f, k = _eqn_flops(eqn)
+            f, k = f * scale, k * scale
+            for value in eqn.params.values():
+                for sub in (value if isinstance(value, (tuple, list)) else (value,)):
+                    inner = _jaxpr_of(sub)
+                    if inner is not None:
+                        sf, sk = _walk(inner, c, scale, in_pallas)
+                        f, k = f + sf, k + sk
+            # Leaf primitives are added here; sub-jaxpr calls were added by the recursive _walk.
+            own_f, own_k = _eqn_flops(eqn)
+            c.total_flops += own_f * scale
+            c.contraction_flops += own_k * scale
+            if in_pallas:
+                c.pallas_flops += own_f * scale
+            else:
+                c.outside_contraction_flops += own_k * scale
+        total += f
+        contraction += k
+    return total, contraction
+
+
+def _walk_probe(jaxpr) -> tuple[float, float]:
+    """FLOPs of `jaxpr` without recording anything (to pick the heaviest cond branch)."""
+    return _walk(jaxpr, Census(), 1.0, False) if jaxpr is not None else (0.0, 0.0)
+
+
+def census(closed_jaxpr) -> Census:
+    """Count where the FLOPs of a traced function run."""
+    c = Census()
+    _walk(_jaxpr_of(closed_jaxpr), c, 1.0, False)
+    return c
+
+
+def judge(c: Census, baseline_flops: float | None = None) -> str | None:
+    """Why the candidate must be rejected, or None if its measured path does its work in Pallas."""
+    if c.forbidden:
+        return (f"host callbacks in the measured path ({', '.join(sorted(set(c.forbidden)))}): the work must be "
+                f"visible to the harness; remove jax.debug/pure_callback/io_callback/FFI calls")
+    if c.pallas_calls == 0:
+        return "no pallas_call in the measured path: the kernel must be written with Pallas"
+    if c.opaque_loops:
+        return "a matmul/convolution inside an XLA while loop outside Pallas: move the loop into the kernel"
+    if c.contraction_flops and c.outside_contraction_flops > MAX_OUTSIDE_CONTRACTION_SHARE * c.contraction_flops:
+        share = c.outside_contraction_flops / c.contraction_flops
+        return (f"{share:.0%} of matmul/convolution FLOPs run in XLA outside pallas_call "
+                f"(at most {MAX_OUTSIDE_CONTRACTION_SHARE:.0%} allowed)")
+    if c.pallas_share < MIN_PALLAS_SHARE:
+        return (f"only {c.pallas_share:.0%} of the FLOPs run inside pallas_call (at least {MIN_PALLAS_SHARE:.0%} "
+                f"required): a thin Pallas wrapper around XLA work is not a kernel")
+    if baseline_flops and c.total_flops < MIN_WORK_RATIO * baseline_flops:
+        return (f"the kernel does {c.total_flops:.3g} FLOPs where the task needs about {baseline_flops:.3g}: "
+                f"outputs that are not computed from the inputs are not accepted")
+    return None

@@ -1,0 +1,73 @@
+"""The harness's verdict on a candidate kernel: a frozen record with the raw samples behind every figure."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Correctness", "SeedCheck", "Timing", "Verdict", "Status"]
+
+Status = Literal["correct", "incorrect", "error", "timeout", "rejected"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class SeedCheck(_Frozen):
+    seed: int
+    ok: bool
+    max_rel_err: float | None = None
+    reason: str = ""
+    bad_elements: int = 0
+    worst_index: list[int] = Field(default_factory=list)
+    worst_out: float | None = None
+    worst_ref: float | None = None
+
+
+class Correctness(_Frozen):
+    max_rel_err: float | None = None  # worst over seeds and outputs; None when nothing was compared
+    tolerance: float | None = None  # the task's fixed bound (tightest over outputs)
+    seeds: list[int] = Field(default_factory=list)
+    per_seed: list[SeedCheck] = Field(default_factory=list)
+
+
+class Timing(_Frozen):
+    median_ms: float
+    iqr_ms: float
+    samples_ms: list[float]
+
+    @classmethod
+    def of(cls, samples: list[float]) -> "Timing | None":
+        if not samples:
+            return None
+        q1, med, q3 = np.percentile(samples, [25, 50, 75])
+        return cls(median_ms=float(med), iqr_ms=float(q3 - q1), samples_ms=[float(s) for s in samples])
+
+
+class Verdict(_Frozen):
+    task: str
+    kernel_file: str
+    size: str
+    status: Status
+    reason: str = ""
+    correctness: Correctness = Field(default_factory=Correctness)
+    baseline: Timing | None = None
+    kernel: Timing | None = None
+    speedup: float | None = None
+    backend: str = ""
+    timing_label: str = ""  # what the times measure (e.g. CPU/interpreter wall time: not kernel performance)
+    flags: list[str] = Field(default_factory=list)
+    integrity: dict = Field(default_factory=dict)  # the FLOP census: pallas_share, pallas_calls, ...
+    isolation: str = ""
+    compile_s: float | None = None
+    wall_s: float = 0.0
+    overhead_s: float | None = None  # harness time beyond the candidate's own compile and runs
+    stage: str = ""  # where an error happened: import, trace, compile, run, sandbox
+    detail: str = ""  # traceback tail or sandbox log for errors
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "correct"

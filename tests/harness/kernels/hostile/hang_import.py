@@ -1,0 +1,4 @@
+"""Hostile: never finishes importing."""
+
+while True:
+    pass

@@ -1,0 +1,151 @@
+"""Hostile and cheating kernels: each is refused, the harness survives, nothing outside the scratch changes."""
+
+import json
+import os
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import KERNELS
+
+HOSTILE = KERNELS / "hostile"
+pytestmark = pytest.mark.integration
+
+
+def _judge(evaluator, name, kernel, **kw):
+    v = evaluator.evaluate(name, kernel, **kw)
+    assert v.status != "correct", v.model_dump_json(indent=1)
+    return v
+
+
+@pytest.mark.parametrize("kernel,status,words", [
+    ("zeros.py", "rejected", "not computed from the inputs"),
+    ("constant.py", "incorrect", "exceeds tolerance"),
+    ("nan.py", "incorrect", "NaN"),
+    ("wrong_dtype.py", "incorrect", "dtype float32, expected bfloat16"),
+    ("xla_in_pallas.py", "rejected", "inside pallas_call"),
+    ("no_pallas.py", "rejected", "no pallas_call"),
+    ("callback.py", "rejected", "pure_callback"),
+    ("steal_reference.py", None, ""),
+    ("hardcoded.py", "rejected", "not computed from the inputs"),
+    ("clock_tamper.py", "rejected", "perf_counter"),
+    ("crash.py", "error", "died without a result"),
+    ("exit_early.py", "error", "died without a result"),
+    ("forge_result.py", None, ""),
+    ("memory_bomb.py", "error", ""),
+])
+def test_hostile_rmsnorm_kernels_are_refused(evaluator, kernel, status, words):
+    v = _judge(evaluator, "12p_RMSNorm", HOSTILE / kernel, timeout=120)
+    if status:
+        assert v.status == status, v.model_dump_json(indent=1)
+    assert words in v.reason, v.reason
+
+
+def test_xla_matmul_behind_a_pallas_epilogue_is_rejected(evaluator):
+    v = _judge(evaluator, "8p_GEMM", HOSTILE / "gemm_xla_in_pallas.py")
+    assert v.status == "rejected" and "outside pallas_call" in v.reason
+    assert v.integrity["outside_contraction_flops"] > 0
+
+
+@pytest.mark.parametrize("kernel", ["hang_import.py", "hang_kernel.py"])
+def test_hangs_time_out_and_are_killed(evaluator, kernel):
+    v = _judge(evaluator, "12p_RMSNorm", HOSTILE / kernel, timeout=20)
+    assert v.status == "timeout"
+    assert v.wall_s < 60
+
+
+def _write(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(body)
+    return path
+
+
+_TAIL = '''
+
+def workload(x, scale):
+    import jax, jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def body(x_ref, s_ref, o_ref):  # some real arithmetic, but not RMSNorm
+        o_ref[...] = x_ref[...] * s_ref[...]
+
+    return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x, scale.reshape(1, 1, -1))
+'''
+
+
+def test_writes_outside_the_scratch_folder_change_nothing(evaluator, tmp_path):
+    targets = [tmp_path / "outside.txt", Path.home() / ".maxkernel-pwned", Path("/var/tmp/maxkernel-pwned"),
+               Path("/tmp/maxkernel-pwned"), Path(__file__).with_name("pwned.py")]
+    body = "TARGETS = %r\nfor t in TARGETS:\n    try:\n        open(t, 'w').write('pwned')\n    except OSError:\n        pass\n" % [str(t) for t in targets]
+    v = _judge(evaluator, "12p_RMSNorm", _write(tmp_path, "writer.py", body + _TAIL))
+    assert v.status == "incorrect"
+    assert not any(t.exists() for t in targets)
+
+
+def test_no_network_from_the_sandbox(evaluator, tmp_path):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.2)
+    port = server.getsockname()[1]
+    got = []
+
+    def accept():
+        for _ in range(150):
+            try:
+                conn, _ = server.accept()
+                got.append(conn.recv(100))
+                conn.close()
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    body = f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'leak')\nexcept OSError:\n    pass\n"
+    try:
+        v = _judge(evaluator, "12p_RMSNorm", _write(tmp_path, "net.py", body + _TAIL))
+    finally:
+        t.join()
+        server.close()
+    assert v.status == "incorrect"
+    assert got == []
+
+
+def test_secrets_do_not_reach_the_candidate(tmp_path, monkeypatch):
+    from maxkernel.harness.evaluate import Evaluator
+    from maxkernel.harness.sandbox import WorkerPool
+
+    secret = "sk-test-do-not-leak-1234"
+    monkeypatch.setenv("GOOGLE_API_KEY", secret)
+    monkeypatch.setenv("JAX_SECRET_TOKEN", secret)  # an allowed prefix with a secret-looking name
+    home = tmp_path / "home"
+    (home / ".config" / "gcloud").mkdir(parents=True)
+    (home / ".config" / "gcloud" / "application_default_credentials.json").write_text(secret)
+    monkeypatch.setenv("HOME", str(home))
+    cred = home / ".config" / "gcloud" / "application_default_credentials.json"
+    body = ("import os\nseen = [v for v in os.environ.values() if 'sk-test' in v]\n"
+            f"try:\n    seen.append(open({str(cred)!r}).read())\nexcept OSError:\n    pass\n"
+            "if seen:\n    raise RuntimeError('LEAKED ' + ' '.join(seen))\n")
+    with Evaluator(WorkerPool(size=0)) as ev:  # workers started after the environment above is set
+        v = ev.evaluate("12p_RMSNorm", _write(tmp_path, "exfil.py", body + _TAIL))
+    assert v.status == "incorrect", v.reason
+    assert secret not in v.model_dump_json()
+
+
+def test_background_processes_die_with_the_sandbox(evaluator, tmp_path):
+    marker = "3171.5"
+    body = (f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n"
+            "import os\nif os.fork() == 0:\n    os.setsid()\n    import time\n    time.sleep(3000)\n")
+    v = _judge(evaluator, "12p_RMSNorm", _write(tmp_path, "daemon.py", body + _TAIL))
+    assert v.status in ("incorrect", "error")
+    left = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.strip()
+    assert left == ""
+
+
+def test_harness_survives_and_still_judges_a_good_kernel_afterwards(evaluator):
+    v = evaluator.evaluate("12p_RMSNorm", KERNELS / "rmsnorm_rows.py")
+    assert v.status == "correct", v.model_dump_json(indent=1)
+    assert v.isolation == "bwrap"
