@@ -28,13 +28,14 @@ def distribution(seed: int) -> str:
 def draw(key, shape, dtype, seed: int, scale: float = 1.0, shift: float = 0.0):
     """A tensor of unit-variance, mixed-sign noise from the seed's distribution, times `scale` plus `shift`."""
     kind = distribution(seed)
+    flat = (math.prod(shape),)  # drawn flat and reshaped: high-rank draws compile several times slower
     if kind == "normal":
-        x = jax.random.normal(key, shape, jnp.float32)
+        x = jax.random.normal(key, flat, jnp.float32)
     elif kind == "uniform":
-        x = jax.random.uniform(key, shape, jnp.float32, -math.sqrt(3.0), math.sqrt(3.0))
+        x = jax.random.uniform(key, flat, jnp.float32, -math.sqrt(3.0), math.sqrt(3.0))
     else:  # Student-t with 4 degrees of freedom, scaled to unit variance: occasional large values.
-        x = jax.random.t(key, 4.0, shape, jnp.float32) / math.sqrt(2.0)
-    return (x * scale + shift).astype(dtype)
+        x = jax.random.t(key, 4.0, flat, jnp.float32) / math.sqrt(2.0)
+    return (x.reshape(shape) * scale + shift).astype(dtype)
 
 
 def weight(key, shape, dtype, seed: int, fan_in: int | None = None):

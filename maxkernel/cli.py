@@ -163,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # noqa: BLE001
         print(f"maxkernel: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        if os.environ.get("MAXKERNEL_DEBUG"):
+        from maxkernel.settings import get_settings
+
+        if get_settings().debug:
             traceback.print_exc()
         return 1
 

@@ -23,6 +23,7 @@ class Settings(BaseSettings):
     eval_timeout_s: float = Field(default=300.0, gt=0, description="Wall-clock limit for one candidate run.")
     eval_memory_mb: int = Field(default=6144, ge=2048, description="Address-space limit of a candidate process.")
     pool_size: int = Field(default=1, ge=0, description="Pre-started sandboxed workers kept warm by long-lived callers.")
+    debug: bool = Field(default=False, description="Print tracebacks for internal errors of the CLI.")
 
 
 @lru_cache(maxsize=1)

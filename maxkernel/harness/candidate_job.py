@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -32,8 +33,15 @@ def interpret_context(backend: str, detect_races: bool = False):
     return pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(detect_races=detect_races))
 
 
+def headline(exc: BaseException) -> str:
+    """The most telling line of an error: the interpreter's own IndexError inside a runtime error, say."""
+    text = f"{type(exc).__name__}: {exc}"
+    inner = [ln.strip() for ln in str(exc).splitlines() if re.match(r"^\s*\w+(Error|Exception): ", ln)]
+    return (inner[-1] if inner else text)[:2000]
+
+
 def _fail(stage: str, exc: BaseException, **extra) -> dict:
-    return {"status": "error", "stage": stage, "error": f"{type(exc).__name__}: {exc}"[:2000],
+    return {"status": "error", "stage": stage, "error": headline(exc),
             "traceback": traceback.format_exc()[-3000:], **extra}
 
 

@@ -15,7 +15,7 @@ from maxkernel.harness.verdict import Correctness, SeedCheck, Timing, Verdict
 from maxkernel.settings import get_settings
 from maxkernel.tasks import Task, load_task
 
-__all__ = ["Evaluator", "evaluate", "HarnessError", "MAX_PLAUSIBLE_SPEEDUP"]
+__all__ = ["Evaluator", "evaluate", "shared_evaluator", "HarnessError", "MAX_PLAUSIBLE_SPEEDUP"]
 
 MAX_PLAUSIBLE_SPEEDUP = 10.0
 _REF_FORMAT = 2  # bump when reference_job's outputs change, so stale caches are not read
@@ -62,7 +62,9 @@ class Evaluator:
                         tmp = folder / f".{kind}_{s}.npz.{time.monotonic_ns()}"
                         shutil.copyfile(res.scratch / f"{kind}_{s}.npz", tmp)
                         tmp.replace(folder / f"{kind}_{s}.npz")
-                (folder / "meta.json").write_text(json.dumps(res.result["meta"]))
+                tmp = folder / f".meta.json.{time.monotonic_ns()}"
+                tmp.write_text(json.dumps(res.result["meta"]))
+                tmp.replace(folder / "meta.json")
             finally:
                 res.cleanup()
         return json.loads((folder / "meta.json").read_text()), folder
@@ -190,6 +192,20 @@ def _roofline_flags(backend: str, meta: dict, kernel: Timing | None) -> list[str
         return []
     bound_ms = chips.roofline_seconds(chip, meta.get("flops") or 0, meta.get("bytes") or 0) * 1e3
     return ["faster_than_roofline"] if bound_ms > 0 and kernel.median_ms < bound_ms else []
+
+
+_SHARED: Evaluator | None = None
+
+
+def shared_evaluator() -> Evaluator:
+    """A process-wide evaluator whose pool keeps workers pre-started for tools called many times."""
+    global _SHARED
+    if _SHARED is None:
+        import atexit
+
+        _SHARED = Evaluator(WorkerPool())
+        atexit.register(_SHARED.pool.close)
+    return _SHARED
 
 
 def evaluate(task: str, kernel: str | Path, **kwargs) -> Verdict:

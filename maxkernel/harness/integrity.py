@@ -35,6 +35,7 @@ class Census:
     pallas_calls: int = 0
     forbidden: list = field(default_factory=list)  # names of host-escape primitives found
     opaque_loops: int = 0  # while loops outside Pallas that contain a matmul/conv (trip count unknown)
+    out_blocks: list = field(default_factory=list)  # per pallas_call output: {"array": shape, "block": shape}
 
     @property
     def pallas_share(self) -> float:
@@ -96,7 +97,9 @@ def _walk(jaxpr, c: Census, scale: float, in_pallas: bool) -> tuple[float, float
         if name == "pallas_call":
             c.pallas_calls += 1
             body = _jaxpr_of(eqn.params["jaxpr"])
-            grid = tuple(getattr(eqn.params["grid_mapping"], "grid", ()) or ())
+            gm = eqn.params["grid_mapping"]
+            grid = tuple(getattr(gm, "grid", ()) or ())
+            c.out_blocks += _out_blocks(gm)
             steps = math.prod(g for g in grid if isinstance(g, int)) if grid else 1
             f, k = _walk(body, c, scale * steps, True)
         elif name == "cond":
@@ -131,6 +134,16 @@ def _walk(jaxpr, c: Census, scale: float, in_pallas: bool) -> tuple[float, float
         total += f
         contraction += k
     return total, contraction
+
+
+def _out_blocks(gm) -> list[dict]:
+    """Array and block shapes of a pallas_call's outputs, to say which grid block an error sits in."""
+    try:
+        outs = gm.block_mappings[gm.num_inputs:gm.num_inputs + gm.num_outputs]
+        return [{"array": [int(d) for d in bm.array_aval.shape], "block": [int(d) for d in bm.block_aval.shape]}
+                for bm in outs]
+    except (AttributeError, TypeError):
+        return []
 
 
 def _walk_probe(jaxpr) -> tuple[float, float]:

@@ -1,0 +1,64 @@
+"""Harness speed: evaluations per minute on smoke tasks, and the harness's overhead over the kernel's own run.
+
+Run: python benchmarks/eval_throughput.py [--evals 20] [--parallel 2] [--json]
+Overhead = an evaluation's wall time minus the candidate's own compile and runs (what the harness adds:
+sandbox hand-off, input copies, baseline compile and interleaved timing, comparison). References are
+cached after the first evaluation of a task, as in real use; the first round is reported separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = [("12p_RMSNorm", ROOT / "tests/harness/kernels/rmsnorm_rows.py"),
+           ("8p_GEMM", ROOT / "tests/harness/kernels/gemm_tiled.py")]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--evals", type=int, default=20)
+    ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    from maxkernel.harness.evaluate import Evaluator
+    from maxkernel.harness.sandbox import WorkerPool
+
+    with Evaluator(WorkerPool(size=args.parallel)) as ev:
+        t0 = time.monotonic()
+        warm = [ev.evaluate(task, kernel) for task, kernel in KERNELS]  # fills the reference cache
+        warm_s = time.monotonic() - t0
+        time.sleep(3)  # let the pool's replacement workers finish starting
+        jobs = [KERNELS[i % len(KERNELS)] for i in range(args.evals)]
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(args.parallel) as pool:
+            verdicts = list(pool.map(lambda tk: ev.evaluate(*tk), jobs))
+        wall = time.monotonic() - t0
+    statuses = sorted({v.status for v in verdicts + warm})
+    over = [v.overhead_s for v in verdicts if v.overhead_s is not None]
+    own = [v.wall_s - v.overhead_s for v in verdicts if v.overhead_s is not None]
+    report = {
+        "evals": len(verdicts), "parallel": args.parallel, "statuses": statuses,
+        "evals_per_minute": round(60 * len(verdicts) / wall, 2),
+        "first_round_s_with_references": round(warm_s, 2),
+        "overhead_s": {"median": round(statistics.median(over), 3), "max": round(max(over), 3)},
+        "kernel_own_s": {"median": round(statistics.median(own), 3)},
+        "eval_wall_s": {"median": round(statistics.median(v.wall_s for v in verdicts), 3)},
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for k, v in report.items():
+            print(f"{k:>32}: {v}")
+    return 0 if statuses == ["correct"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""Broken (12p_RMSNorm): copies rows from HBM by DMA but reads the VMEM buffer before waiting on the copy."""
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def _kernel(x_hbm, s_ref, o_ref, buf, sem):
+    rows = buf.shape[0]
+    i = pl.program_id(0)
+    copy = pltpu.make_async_copy(x_hbm.at[pl.ds(i * rows, rows)], buf, sem)
+    copy.start()
+    x = buf[...].astype(jnp.float32)  # races with the DMA still writing buf
+    copy.wait()
+    o_ref[...] = (x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-5)).astype(o_ref.dtype) * s_ref[...]
+
+
+def workload(x, scale):
+    b, s, d = x.shape
+    flat = x.reshape(b * s, d)
+    rows = 32
+    out = pl.pallas_call(
+        _kernel,
+        out_shape=jax.ShapeDtypeStruct(flat.shape, x.dtype),
+        grid=(b * s // rows,),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY), pl.BlockSpec((1, d), lambda i: (0, 0))],
+        out_specs=pl.BlockSpec((rows, d), lambda i: (i, 0)),
+        scratch_shapes=[pltpu.VMEM((rows, d), x.dtype), pltpu.SemaphoreType.DMA],
+    )(flat, scale.reshape(1, d))
+    return out.reshape(b, s, d)
