@@ -117,6 +117,69 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+# -- tools ------------------------------------------------------------------------------------------------
+def _chip(name: str) -> str:
+    from maxkernel import chips
+
+    if name != "native":
+        try:
+            chips.get(name)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return name
+
+
+def cmd_compile(args) -> int:
+    from maxkernel.tools.compile_pallas import compile_pallas
+
+    task, kernel = _task(args.task), _kernel(args.kernel)
+    _size(task, args.size)
+    _progress(f"compiling {kernel} for {args.chip} ({args.size} shapes) in a sandbox")
+    r = compile_pallas(str(task.path), str(kernel), _chip(args.chip), args.size)
+    _emit(args, r.model_dump(), r.summary + (f"\n{r.error}" if r.error else ""))
+    return 0
+
+
+def cmd_test(args) -> int:
+    from maxkernel.tools.run_tests import run_tests
+
+    task, kernel = _task(args.task), _kernel(args.kernel)
+    _size(task, args.size)
+    _progress(f"testing {kernel} on {task.name} ({args.size}) under the strict interpreter in a sandbox")
+    r = run_tests(str(task.path), str(kernel), args.size, seeds=args.seeds, timeout=args.timeout)
+    _emit(args, r.model_dump(), r.summary)
+    return 0
+
+
+def cmd_profile(args) -> int:
+    from maxkernel.tools.xprof_capture import xprof_capture
+
+    task, kernel = _task(args.task), _kernel(args.kernel)
+    _size(task, args.size)
+    _progress(f"profiling {kernel} against the {task.name} baseline ({args.size}) in a sandbox")
+    r = xprof_capture(str(task.path), str(kernel), args.size, out_dir=args.out, chip=args.chip)
+    lines = [r.summary]
+    lines += [f"  {o.name:<48} {o.time_ms:>10.3f} ms  x{o.count:g}  {o.share:.0%}" for o in r.ops[:10]]
+    if r.trace:
+        lines.append(f"trace: {r.trace}")
+    _emit(args, r.model_dump(), "\n".join(lines))
+    return 0
+
+
+def cmd_autotune(args) -> int:
+    from maxkernel.tools.autotune import autotune
+
+    task, kernel = _task(args.task), _kernel(args.kernel)
+    _size(task, args.size)
+    _progress(f"autotuning {kernel} ({args.chip} pruning, timing at {args.size}); this runs many sandboxed jobs")
+    r = autotune(str(task.path), str(kernel), chip=_chip(args.chip), size=args.size, max_configs=args.max_configs,
+                 time_budget_s=args.time_budget)
+    lines = [r.summary] + [f"  {t.outcome:<9} {t.config}  {'' if t.median_ms is None else f'{t.median_ms:.3f} ms'}"
+                           for t in r.tried]
+    _emit(args, r.model_dump(), "\n".join(lines))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="maxkernel", description="Write, verify, profile and tune JAX Pallas kernels.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -143,6 +206,42 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--timeout", type=float, default=None, help="seconds for the candidate run")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_evaluate)
+
+    c = sub.add_parser("compile", help="deviceless TPU compile (libtpu) or GPU lowering of a kernel")
+    c.add_argument("--task", required=True)
+    c.add_argument("--kernel", required=True)
+    c.add_argument("--chip", default="v5e", help="v4, v5e, v5p, v6e, 7x, h100, h200 or native")
+    c.add_argument("--size", default="full", choices=["smoke", "full"])
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_compile)
+
+    t = sub.add_parser("test", help="strict correctness run (TPU interpreter on CPU: races, out-of-bounds, NaN scratch)")
+    t.add_argument("--task", required=True)
+    t.add_argument("--kernel", required=True)
+    t.add_argument("--size", default="smoke", choices=["smoke", "full"])
+    t.add_argument("--seeds", type=int, default=3)
+    t.add_argument("--timeout", type=float, default=None)
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(func=cmd_test)
+
+    pr = sub.add_parser("profile", help="profile kernel and baseline; save an XProf trace and a per-op table")
+    pr.add_argument("--task", required=True)
+    pr.add_argument("--kernel", required=True)
+    pr.add_argument("--size", default="smoke", choices=["smoke", "full"])
+    pr.add_argument("--out", default=None, help="folder for the trace (default ./profiles/<task>-<time>)")
+    pr.add_argument("--chip", default=None, help="chip for the roofline (default: the device, v5e on CPU)")
+    pr.add_argument("--json", action="store_true")
+    pr.set_defaults(func=cmd_profile)
+
+    a = sub.add_parser("autotune", help="search the kernel's TUNABLES: compile-prune, correctness-gate, time")
+    a.add_argument("--task", required=True)
+    a.add_argument("--kernel", required=True)
+    a.add_argument("--chip", default="v5e")
+    a.add_argument("--size", default="smoke", choices=["smoke", "full"])
+    a.add_argument("--max-configs", type=int, default=16)
+    a.add_argument("--time-budget", type=float, default=600.0)
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(func=cmd_autotune)
     return p
 
 

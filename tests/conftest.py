@@ -5,6 +5,7 @@ import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # several test processes may compile at once
 # References computed by the tests go to a cache of their own, never the user's.
 os.environ["MAXKERNEL_CACHE_DIR"] = os.environ.get("MAXKERNEL_TEST_CACHE_DIR") or tempfile.mkdtemp(prefix="mk-test-cache-")
 

@@ -76,7 +76,7 @@ def isolation_mode() -> str:
 def _child_env(scratch: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if _ENV_ALLOW.match(k) and not _ENV_DENY.search(k)}
     env.update(HOME=str(scratch), TMPDIR=str(scratch), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
-               TPU_SKIP_MDS_QUERY="1")
+               TPU_SKIP_MDS_QUERY="1", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
     env.setdefault("JAX_PLATFORMS", "cpu" if not _accelerator_nodes() else "")
     env.setdefault("PATH", "/usr/bin:/bin")
     return env

@@ -19,9 +19,8 @@ HANDLERS = {
     "reference": "maxkernel.harness.reference_job",
     "candidate": "maxkernel.harness.candidate_job",
     "compile": "maxkernel.tools._compile_job",
-    "test": "maxkernel.tools._test_job",
+    "compile_many": "maxkernel.tools._compile_many_job",
     "profile": "maxkernel.tools._profile_job",
-    "tune": "maxkernel.tools._tune_job",
 }
 
 

@@ -1,0 +1,161 @@
+"""The accelerators maxkernel targets: their limits, peak rates, and how JAX and libtpu name them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Chip", "CHIPS", "get", "from_device_kind", "detect", "roofline_seconds", "ridge_point"]
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One accelerator generation. Rates and HBM are per chip; VMEM/SMEM are per TensorCore."""
+
+    name: str
+    platform: str  # "tpu" | "gpu" | "cpu"
+    lowering_platform: str  # what jax.jit(...).lower(lowering_platforms=...) takes: "tpu" | "cuda" | "cpu"
+    device_kinds: tuple[str, ...]  # device.device_kind strings JAX reports (GPUs: matched by substring)
+    peak_bf16_flops: float  # dense, per chip
+    hbm_bytes_per_s: float
+    hbm_bytes: int
+    generation: int | None = None
+    vmem_bytes: int | None = None  # TPU: VMEM per TensorCore, the most vmem_limit_bytes can grant
+    scoped_vmem_default_bytes: int | None = None  # TPU: what a kernel gets without vmem_limit_bytes
+    smem_bytes: int | None = None  # TPU: scalar memory per TensorCore
+    shared_mem_bytes_per_block: int | None = None  # GPU: opt-in maximum per thread block
+    topology_name: str | None = None  # libtpu compile-only topology for a deviceless compile
+    abstract_device_kind: str | None = None  # for jax.sharding.AbstractDevice, so chip queries resolve
+    cores_per_device: int = 1  # TensorCores one compile-only device spans (AbstractDevice num_cores)
+    devices_per_chip: int = 1  # JAX devices one chip shows up as (7x: one per TensorCore)
+    nominal: bool = False  # True where the rates are placeholders, not a spec sheet
+
+    @property
+    def is_tpu(self) -> bool:
+        return self.platform == "tpu"
+
+    @property
+    def device_peak_flops(self) -> float:
+        """Peak dense bf16 FLOP/s of the one JAX device a kernel runs on."""
+        return self.peak_bf16_flops / self.devices_per_chip
+
+    @property
+    def device_hbm_bytes_per_s(self) -> float:
+        return self.hbm_bytes_per_s / self.devices_per_chip
+
+
+# Sources. TPU rates and HBM: Google Cloud TPU system-architecture pages (cloud.google.com/tpu/docs/v4,
+# v5e, v5p, v6e, tpu7x). VMEM and SMEM per TensorCore: jax/_src/pallas/mosaic/tpu_info.py (jax 0.10.2),
+# confirmed with libtpu 0.0.42.1 deviceless compiles (the largest scratch that compiles with
+# vmem_limit_bytes = capacity). Scoped-VMEM defaults: the limit libtpu 0.0.42.1 prints in E1001 errors
+# (v4 has no separate scoped limit: its whole 16 MiB is the limit). Compile-only device shapes
+# (cores_per_device, two devices per v4/7x topology) as libtpu 0.0.42.1 reports them.
+# GPUs: NVIDIA H100 SXM5 and H200 SXM datasheets (dense, no sparsity); 227 KiB opt-in shared memory per
+# block is the sm_90 limit in the CUDA C Programming Guide (compute capability table).
+CHIPS: dict[str, Chip] = {
+    c.name: c
+    for c in (
+        Chip(
+            name="v4", platform="tpu", lowering_platform="tpu", generation=4,
+            device_kinds=("TPU v4",),
+            peak_bf16_flops=275e12, hbm_bytes_per_s=1200e9, hbm_bytes=32 * GiB,
+            vmem_bytes=16 * MiB, scoped_vmem_default_bytes=16 * MiB, smem_bytes=1 * MiB,
+            topology_name="v4:1x1x1", abstract_device_kind="TPU v4", cores_per_device=1,
+        ),
+        Chip(
+            name="v5e", platform="tpu", lowering_platform="tpu", generation=5,
+            device_kinds=("TPU v5 lite", "TPU v5e"),
+            peak_bf16_flops=197e12, hbm_bytes_per_s=819e9, hbm_bytes=16 * 10**9,
+            vmem_bytes=128 * MiB, scoped_vmem_default_bytes=16 * MiB, smem_bytes=1 * MiB,
+            topology_name="v5e:1x1", abstract_device_kind="TPU v5 lite", cores_per_device=1,
+        ),
+        Chip(
+            name="v5p", platform="tpu", lowering_platform="tpu", generation=5,
+            device_kinds=("TPU v5", "TPU v5p"),
+            peak_bf16_flops=459e12, hbm_bytes_per_s=2765e9, hbm_bytes=95 * 10**9,
+            vmem_bytes=64 * MiB, scoped_vmem_default_bytes=16 * MiB, smem_bytes=1 * MiB,
+            # megacore: one device drives both TensorCores
+            topology_name="v5p:1x1x1", abstract_device_kind="TPU v5", cores_per_device=2,
+        ),
+        Chip(
+            name="v6e", platform="tpu", lowering_platform="tpu", generation=6,
+            device_kinds=("TPU v6 lite", "TPU v6e"),
+            peak_bf16_flops=918e12, hbm_bytes_per_s=1638e9, hbm_bytes=32 * 10**9,
+            vmem_bytes=128 * MiB, scoped_vmem_default_bytes=32 * MiB, smem_bytes=1 * MiB,
+            topology_name="v6e:1x1", abstract_device_kind="TPU v6 lite", cores_per_device=1,
+        ),
+        Chip(
+            name="7x", platform="tpu", lowering_platform="tpu", generation=7,
+            device_kinds=("TPU7x",),
+            # 2307 TF bf16 (4614 fp8), 192 GiB HBM3E at 7.37 TB/s per chip; no megacore, so each
+            # TensorCore is its own JAX device
+            peak_bf16_flops=2307e12, hbm_bytes_per_s=7370e9, hbm_bytes=192 * GiB,
+            vmem_bytes=64 * MiB, scoped_vmem_default_bytes=32 * MiB, smem_bytes=1 * MiB,
+            topology_name="tpu7x:1x1x1", abstract_device_kind="TPU7x", cores_per_device=1,
+            devices_per_chip=2,
+        ),
+        Chip(
+            name="h100", platform="gpu", lowering_platform="cuda",
+            device_kinds=("H100",),
+            peak_bf16_flops=989e12, hbm_bytes_per_s=3350e9, hbm_bytes=80 * 10**9,
+            shared_mem_bytes_per_block=227 * KiB,
+        ),
+        Chip(
+            name="h200", platform="gpu", lowering_platform="cuda",
+            device_kinds=("H200",),
+            peak_bf16_flops=989e12, hbm_bytes_per_s=4800e9, hbm_bytes=141 * 10**9,
+            shared_mem_bytes_per_block=227 * KiB,
+        ),
+        Chip(
+            # Nominal figures for a few-core host: only so CPU numbers have a scale, never a claim.
+            name="cpu", platform="cpu", lowering_platform="cpu",
+            device_kinds=("cpu",),
+            peak_bf16_flops=100e9, hbm_bytes_per_s=20e9, hbm_bytes=16 * GiB, nominal=True,
+        ),
+    )
+}
+
+
+def get(name: str) -> Chip:
+    """The chip called `name` (case-insensitive; "tpu7x"/"v7x" accepted for 7x)."""
+    key = name.strip().lower()
+    key = {"tpu7x": "7x", "v7x": "7x", "ironwood": "7x", "trillium": "v6e"}.get(key, key)
+    if key not in CHIPS:
+        raise ValueError(f"unknown chip {name!r}; valid chips: {', '.join(CHIPS)}")
+    return CHIPS[key]
+
+
+def from_device_kind(kind: str) -> Chip | None:
+    """The chip behind a JAX `device.device_kind`, or None if it is not one maxkernel knows.
+
+    TPU kinds match exactly ("TPU v5" is v5p, "TPU v5 lite" is v5e, so substrings would confuse them);
+    GPU kinds match by substring ("NVIDIA H100 80GB HBM3").
+    """
+    text = kind.strip()
+    for chip in CHIPS.values():
+        if chip.platform == "gpu":
+            if any(k.lower() in text.lower() for k in chip.device_kinds):
+                return chip
+        elif text.lower() in (k.lower() for k in chip.device_kinds):
+            return chip
+    return None
+
+
+def detect() -> Chip:
+    """The chip of the default JAX backend's first device; the nominal cpu entry when unknown."""
+    import jax
+
+    return from_device_kind(jax.devices()[0].device_kind) or CHIPS["cpu"]
+
+
+def roofline_seconds(chip: Chip, flops: float, bytes_accessed: float) -> float:
+    """Lower bound on one device's run time: the slower of compute at peak and HBM traffic at peak."""
+    return max(flops / chip.device_peak_flops, bytes_accessed / chip.device_hbm_bytes_per_s)
+
+
+def ridge_point(chip: Chip) -> float:
+    """Arithmetic intensity (FLOP per HBM byte) above which a kernel is compute-bound on `chip`."""
+    return chip.peak_bf16_flops / chip.hbm_bytes_per_s

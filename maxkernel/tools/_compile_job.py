@@ -1,0 +1,274 @@
+"""Sandbox job: lower a kernel for a target chip, then compile it deviceless (libtpu) or natively."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+from maxkernel import chips as chips_mod
+from maxkernel.tasks import load_task
+from maxkernel.tools._hints import hint_for
+
+__all__ = ["run", "load_kernel", "supported_tpu_chips", "vmem_from_hlo", "vmem_from_error", "trim_error"]
+
+_TOPOLOGY_DEVICES: dict[str, object] = {}  # chip name -> one device of its compile-only topology
+_ERROR_CHARS = 1500
+
+
+def run(job: dict, scratch: Path) -> dict:
+    """job: {task, kernel (path, or file name in scratch), chip (name or "native"), size, tunables}.
+
+    Returns {ok, chip, stage, error, hint, vmem_bytes, compile_s, lower_s, flops, bytes_accessed,
+    roofline_s, roofline_source, memory}. Unknown task, chip or kernel path raise (usage errors).
+    """
+    import jax
+
+    task = load_task(job["task"])
+    size = job.get("size", "full")
+    kernel_path = Path(job["kernel"])
+    if not kernel_path.is_absolute() and (Path(scratch) / kernel_path).is_file():
+        kernel_path = Path(scratch) / kernel_path
+    if not kernel_path.is_file():
+        raise FileNotFoundError(f"kernel file not found: {kernel_path}")
+    chip_name = job.get("chip", "native")
+    chip = None if chip_name == "native" else chips_mod.get(chip_name)
+
+    out = {"ok": False, "chip": chip.name if chip else "native", "stage": "lower", "error": None,
+           "hint": None, "vmem_bytes": None, "compile_s": 0.0, "lower_s": 0.0, "flops": None,
+           "bytes_accessed": None, "roofline_s": None, "roofline_source": None, "memory": None}
+
+    # Shapes only: full-size inputs are never allocated.
+    structs = jax.eval_shape(lambda: task.create_inputs(size=size, seed=0))
+    try:
+        module = load_kernel(kernel_path)
+        fn = module.workload
+        if job.get("tunables"):
+            fn = functools.partial(fn, **job["tunables"])
+    except Exception as exc:  # noqa: BLE001  (the candidate's import can raise anything)
+        return _failed(out, "lower", exc, chip)
+
+    if chip is None:
+        return _native(out, fn, structs, task, size)
+
+    t0 = time.perf_counter()
+    try:
+        with _chip_context(chip):
+            jax.jit(fn).trace(*structs).lower(lowering_platforms=(chip.lowering_platform,))
+    except Exception as exc:  # noqa: BLE001
+        out["lower_s"] = time.perf_counter() - t0
+        return _failed(out, "lower", exc, chip)
+    out["lower_s"] = time.perf_counter() - t0
+
+    if not chip.is_tpu:
+        # No deviceless GPU compiler is installed here: lowering (Triton/Mosaic GPU rules) is the check.
+        out.update(ok=True)
+        _fill_costs(out, None, chip, task, size, structs)
+        return out
+
+    out["stage"] = "compile"
+    device = _topology_device(chip)
+    if isinstance(device, str):
+        out.update(error=device, hint="install the libtpu wheel pinned by jax[tpu] for deviceless TPU compiles")
+        return out
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    sharding = NamedSharding(Mesh([device], ("d",)), PartitionSpec())
+    placed = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), structs)
+    t0 = time.perf_counter()
+    try:
+        with _chip_context(chip):
+            lowered = jax.jit(fn).trace(*placed).lower()
+            t0 = time.perf_counter()
+            compiled = lowered.compile()
+    except Exception as exc:  # noqa: BLE001
+        out["compile_s"] = time.perf_counter() - t0
+        return _failed(out, "compile", exc, chip)
+    out["compile_s"] = time.perf_counter() - t0
+    out.update(ok=True, vmem_bytes=vmem_from_hlo(compiled.as_text()), memory=_memory(compiled))
+    _fill_costs(out, compiled, chip, task, size, structs)
+    return out
+
+
+def load_kernel(path: Path):
+    """Import a kernel file under a name unique to its content; it must define workload()."""
+    data = Path(path).read_bytes()
+    name = "_maxkernel_compile_" + hashlib.sha256(data + str(path).encode()).hexdigest()[:16]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    if not callable(getattr(module, "workload", None)):
+        sys.modules.pop(name, None)
+        raise AttributeError(f"{Path(path).name} does not define workload(*inputs)")
+    return module
+
+
+def supported_tpu_chips() -> list[str]:
+    """TPU chips whose compile-only topology the installed libtpu can build."""
+    return [c.name for c in chips_mod.CHIPS.values() if c.is_tpu and not isinstance(_topology_device(c), str)]
+
+
+def vmem_from_hlo(hlo_text: str) -> int | None:
+    """Largest scoped VMEM one Pallas kernel reserves, from libtpu's used_scoped_memory_configs.
+
+    XLA's own fusions reserve scoped VMEM too; they count only when the program has no Pallas kernel.
+    """
+    lines = [ln for ln in hlo_text.splitlines() if "used_scoped_memory_configs" in ln]
+    kernels = [ln for ln in lines if 'custom_call_target="tpu_custom_call"' in ln]
+    best = None
+    for line in kernels or lines:
+        for block in re.findall(r'"used_scoped_memory_configs":\[(.*?)\]', line):
+            sizes = re.findall(r'"memory_space":"(\d+)","offset":"\d+","size":"(\d+)"', block)
+            total = sum(int(size) for space, size in sizes if space == "1")  # memory space 1 is VMEM
+            best = max(best or 0, total)
+    return best
+
+
+def kernels_declare_costs(hlo_text: str) -> bool:
+    """Whether every Pallas kernel in the program passed a cost_estimate (else XLA counts it as free)."""
+    kernels = [ln for ln in hlo_text.splitlines() if 'custom_call_target="tpu_custom_call"' in ln]
+    return all('"cost_estimate":{' in ln for ln in kernels)
+
+
+def vmem_from_error(text: str) -> int | None:
+    """The VMEM the failing program asked for, as libtpu's out-of-memory messages state it."""
+    m = (re.search(r"Scoped allocation with size ([\d.]+)([KMG])", text)
+         or re.search(r"Used ([\d.]+)([KMG]) of [\d.]+[KMG] vmem", text))
+    if m:
+        return int(float(m.group(1)) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)])
+    m = re.search(r"Allocation \(size=(\d+)\) would exceed memory \(size=\d+\).*?space=vmem", text, re.S)
+    return int(m.group(1)) if m else None
+
+
+def trim_error(exc: BaseException) -> str:
+    """The compiler's own words: the message without Python traces, MLIR dumps or allocation listings."""
+    text = str(exc) or type(exc).__name__
+    keep = []
+    for line in text.splitlines():
+        if re.match(r"\s*(Largest program allocations|The Python stack trace|Traceback \(most recent)", line):
+            break
+        keep.append(line)
+    text = "\n".join(keep).strip()
+    text = re.sub(r'"body":"[A-Za-z0-9+/=]{64,}"', '"body":"…"', text)
+    text = re.sub(r"\n\s*\n+", "\n", text)
+    name = type(exc).__name__
+    text = text if text.startswith(name) else f"{name}: {text}"
+    return text if len(text) <= _ERROR_CHARS else text[: _ERROR_CHARS - 1] + "…"
+
+
+def _failed(out: dict, stage: str, exc: BaseException, chip) -> dict:
+    full = str(exc)
+    out.update(stage=stage, error=trim_error(exc), hint=hint_for(full, chip), vmem_bytes=vmem_from_error(full))
+    return out
+
+
+def _native(out: dict, fn, structs, task, size) -> dict:
+    import jax
+
+    out["stage"] = "native"
+    chip = chips_mod.detect()
+    out["chip"] = f"native:{chip.name}"
+    if jax.default_backend() == "cpu":
+        out["error"] = ("no accelerator is attached: the default JAX backend is cpu, which cannot compile "
+                        "Mosaic kernels; use --chip v4/v5e/v5p/v6e/7x (deviceless) or h100/h200 (lowering)")
+        return out
+    t0 = time.perf_counter()
+    try:
+        lowered = jax.jit(fn).trace(*structs).lower()
+        out["lower_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        compiled = lowered.compile()
+    except Exception as exc:  # noqa: BLE001
+        out["compile_s"] = time.perf_counter() - t0
+        return _failed(out, "native", exc, chip)
+    out["compile_s"] = time.perf_counter() - t0
+    out.update(ok=True, vmem_bytes=vmem_from_hlo(compiled.as_text()), memory=_memory(compiled))
+    _fill_costs(out, compiled, chip, task, size, structs)
+    return out
+
+
+def _chip_context(chip):
+    """Trace as if on `chip`, so pltpu.get_tpu_info() and emit_pipeline resolve on a CPU host."""
+    import contextlib
+
+    if not chip.is_tpu:
+        return contextlib.nullcontext()
+    from jax.sharding import AbstractDevice, AbstractMesh, use_abstract_mesh
+
+    device = AbstractDevice(device_kind=chip.abstract_device_kind, num_cores=chip.cores_per_device,
+                            platform="tpu")
+    return use_abstract_mesh(AbstractMesh((), (), abstract_device=device))
+
+
+def _topology_device(chip):
+    """One device of the chip's compile-only topology (cached per process), or why there is none."""
+    if chip.name in _TOPOLOGY_DEVICES:
+        return _TOPOLOGY_DEVICES[chip.name]
+    # Without this libtpu takes an exclusive lock file, and any second process using it fails.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    try:
+        from jax.experimental import topologies
+
+        topo = topologies.get_topology_desc(
+            platform="tpu", topology_name=chip.topology_name, chip_config_name="default",
+            chips_per_host_bounds=(1, 1, 1), num_slices=1, wrap=(False, False, False))
+    except Exception as exc:  # noqa: BLE001  (not cached: a busy or missing libtpu may be fixed later)
+        return (f"libtpu cannot build the {chip.name} compile-only topology ({chip.topology_name}): "
+                f"{str(exc).splitlines()[0][:300]}")
+    # v4 and 7x topologies list one device per TensorCore; one is the compile target.
+    _TOPOLOGY_DEVICES[chip.name] = topo.devices[0]
+    return _TOPOLOGY_DEVICES[chip.name]
+
+
+def _memory(compiled) -> dict | None:
+    try:
+        ma = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001  (not every backend implements it)
+        return None
+    if ma is None:
+        return None
+    fields = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes", "alias_size_in_bytes",
+              "generated_code_size_in_bytes", "peak_memory_in_bytes")
+    return {f: int(getattr(ma, f)) for f in fields if hasattr(ma, f)}
+
+
+def _fill_costs(out: dict, compiled, chip, task, size, structs) -> None:
+    """flops, bytes and roofline from the compiler when it saw the whole program's cost (every Pallas
+    kernel declared a cost_estimate); else the task's FLOPs, the minimum HBM traffic (inputs read once,
+    outputs written once) and the chip table."""
+    import jax
+
+    cost = {}
+    if compiled is not None and kernels_declare_costs(compiled.as_text()):
+        try:
+            raw = compiled.cost_analysis()
+            cost = (raw[0] if isinstance(raw, (list, tuple)) else raw) or {}
+        except Exception:  # noqa: BLE001  (not every backend implements it)
+            cost = {}
+    if cost.get("flops") and cost.get("bytes accessed"):
+        out.update(flops=float(cost["flops"]), bytes_accessed=float(cost["bytes accessed"]))
+        if cost.get("optimal_seconds"):
+            out.update(roofline_s=float(cost["optimal_seconds"]), roofline_source="compiler")
+            return
+    else:
+        flops = task.flops(size)
+        outs = jax.tree.leaves(jax.eval_shape(task.module.workload, *structs))
+        nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(structs) + outs)
+        out.update(flops=float(flops) if flops else None, bytes_accessed=float(nbytes))
+    if chip.nominal and chip.platform != jax.default_backend():
+        return  # an accelerator the table does not know: no honest peak to divide by
+    out.update(roofline_s=chips_mod.roofline_seconds(chip, out["flops"] or 0.0, out["bytes_accessed"] or 0.0),
+               roofline_source="chip_table")

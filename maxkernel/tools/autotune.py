@@ -1,0 +1,186 @@
+"""autotune: search a kernel's declared tunables: compile-prune, correctness-gate, time, keep the best."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import itertools
+import json
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from maxkernel.harness.evaluate import shared_evaluator
+from maxkernel.settings import get_settings
+from maxkernel.tools.compile_pallas import compile_many
+
+__all__ = ["Trial", "TuneResult", "autotune", "declared_tunables", "MAX_SPACE"]
+
+MAX_SPACE = 256  # configurations compiled at most; pruning by compile is cheap, running is not
+
+
+class Trial(BaseModel):
+    config: dict
+    outcome: str = Field(description="best, timed, pruned (compile failed), failed (error/timeout), incorrect, rejected")
+    median_ms: float | None = None
+    iqr_ms: float | None = None
+    reason: str = ""
+    cached: bool = False
+
+
+class TuneResult(BaseModel):
+    ok: bool
+    summary: str
+    best: dict | None = Field(None, description="{config, median_ms, iqr_ms, speedup_vs_default}")
+    default: dict = Field(default_factory=dict)
+    tried: list[Trial] = Field(default_factory=list)
+    pruned: int = 0
+    failed: int = 0
+    incorrect: int = 0
+    timing_label: str = ""
+
+
+def declared_tunables(source: str) -> tuple[dict[str, tuple], dict]:
+    """(TUNABLES, defaults) read from a kernel's source without running it.
+
+    TUNABLES must be a module-level literal mapping of keyword name -> candidate values; defaults are the
+    keyword-only defaults of workload().
+    """
+    tree = ast.parse(source)
+    space, defaults = {}, {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "TUNABLES" for t in node.targets):
+            space = {str(k): tuple(v) for k, v in ast.literal_eval(node.value).items()}
+        if isinstance(node, ast.FunctionDef) and node.name == "workload":
+            for arg, default in zip(node.args.kwonlyargs, node.args.kw_defaults):
+                if default is not None:
+                    try:
+                        defaults[arg.arg] = ast.literal_eval(default)
+                    except ValueError:
+                        pass
+    return space, defaults
+
+
+def _order(space: dict[str, tuple], defaults: dict) -> list[dict]:
+    """The default first, then larger blocks first (fewer grid steps; VMEM overflow is pruned cheaply)."""
+    names = sorted(space)
+    configs = [dict(zip(names, values)) for values in itertools.product(*(space[n] for n in names))]
+
+    def weight(cfg):
+        w = 1
+        for v in cfg.values():
+            w *= v if isinstance(v, (int, float)) and v > 0 else 1
+        return -w
+
+    first = {n: defaults.get(n, space[n][0]) for n in names}
+    rest = sorted((c for c in configs if c != first), key=weight)
+    return [first] + rest
+
+
+class _Cache:
+    """Per (kernel source, task, size, chip, seeds) results, so a re-run does not redo finished trials."""
+
+    def __init__(self, key: str):
+        self.path = get_settings().cache_dir / "autotune" / f"{key}.json"
+        self.data = json.loads(self.path.read_text()) if self.path.is_file() else {}
+
+    def get(self, cfg: dict) -> dict | None:
+        return self.data.get(json.dumps(cfg, sort_keys=True))
+
+    def put(self, cfg: dict, row: dict) -> None:
+        self.data[json.dumps(cfg, sort_keys=True)] = row
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".{time.monotonic_ns()}.tmp")
+        tmp.write_text(json.dumps(self.data))
+        tmp.replace(self.path)
+
+
+def autotune(task: str, kernel: str, chip: str = "v5e", size: str = "smoke", max_configs: int = 16,
+             time_budget_s: float = 600.0) -> TuneResult:
+    """Searches a kernel's tunable parameters (block sizes etc.) for the fastest correct configuration.
+
+    The kernel declares its search space as a module-level TUNABLES mapping (keyword -> candidate values)
+    and takes them as keyword-only arguments of workload(). Every configuration is first compiled for the
+    chip at full size (those that overflow VMEM or break layout rules are pruned without running), then
+    each survivor must pass the harness's correctness check before it is timed. An incorrect configuration
+    is never returned. Results are cached per kernel source, so a repeated call is cheap.
+
+    Args:
+        task: Suite task name or task folder.
+        kernel: Path of the kernel file.
+        chip: Compile target for pruning: v4, v5e, v5p, v6e (default v5e).
+        size: Size at which configurations are checked and timed ("smoke" on a CPU).
+        max_configs: At most this many configurations that compile are run (the default first).
+        time_budget_s: Stop starting new trials after this many seconds.
+
+    Returns:
+        best config with its time and speedup over the default, and the table of every trial.
+    """
+    source = Path(kernel).read_text()
+    space, defaults = declared_tunables(source)
+    if not space:
+        return TuneResult(ok=False, summary="the kernel declares no TUNABLES mapping: nothing to search "
+                                            "(add e.g. TUNABLES = {'block_m': (128, 256)} and keyword-only "
+                                            "parameters of workload())")
+    configs = _order(space, defaults)[:MAX_SPACE]
+    settings = get_settings()
+    seeds = list(range(settings.eval_seeds))
+    key = hashlib.sha256(f"{source}|{task}|{size}|{chip}|{seeds}".encode()).hexdigest()[:24]
+    cache = _Cache(key)
+    deadline = time.monotonic() + time_budget_s
+
+    todo = [c for c in configs if cache.get(c) is None]
+    compiled = {json.dumps(r.config, sort_keys=True): r for r in compile_many(task, kernel, [chip], todo)} if todo else {}
+    trials, label, runs = [], "", 0
+    ev = shared_evaluator()
+    for cfg in configs:
+        row = cache.get(cfg)
+        if row is not None:
+            trials.append(Trial(**row, cached=True))
+            runs += row["outcome"] != "pruned"
+            continue
+        comp = compiled[json.dumps(cfg, sort_keys=True)]
+        if comp.ok and (runs >= max_configs or time.monotonic() > deadline):
+            continue  # out of run budget: compiled configurations beyond it stay untried
+        if comp.stage == "sandbox":  # the compile process died or timed out: not the config's fault, not cached
+            trials.append(Trial(config=cfg, outcome="failed", reason=comp.summary))
+            continue
+        if not comp.ok:
+            row = {"config": cfg, "outcome": "pruned", "reason": comp.summary}
+        else:
+            runs += 1
+            v = ev.evaluate(task, kernel, size=size, seeds=seeds, tunables=cfg, reps=10)
+            label = v.timing_label or label
+            if v.status == "correct" and v.kernel is not None:
+                row = {"config": cfg, "outcome": "timed", "median_ms": v.kernel.median_ms, "iqr_ms": v.kernel.iqr_ms,
+                       "reason": v.reason}
+            else:
+                outcome = {"incorrect": "incorrect", "rejected": "rejected"}.get(v.status, "failed")
+                row = {"config": cfg, "outcome": outcome, "reason": v.reason[:500]}
+        cache.put(cfg, row)
+        trials.append(Trial(**row))
+
+    timed = [t for t in trials if t.outcome == "timed"]
+    counts = {k: sum(t.outcome == k for t in trials) for k in ("pruned", "failed", "incorrect", "rejected")}
+    default_cfg = configs[0]
+    default_row = next((t for t in trials if t.config == default_cfg), None)
+    if not timed:
+        return TuneResult(ok=False, summary=f"no configuration passed: {counts}", tried=trials,
+                          pruned=counts["pruned"], failed=counts["failed"] + counts["rejected"],
+                          incorrect=counts["incorrect"], default={"config": default_cfg}, timing_label=label)
+    best = min(timed, key=lambda t: t.median_ms)
+    best.outcome = "best"
+    speedup = (default_row.median_ms / best.median_ms if default_row is not None and default_row.median_ms
+               and default_row.outcome in ("timed", "best") else None)
+    where = "CPU interpreter time (ranks configurations for this machine only)" if "CPU" in label else label
+    summary = (f"best {best.config}: {best.median_ms:.3f} ms"
+               + (f", {speedup:.2f}x the default {default_cfg}" if speedup else "")
+               + f"; {len(trials)} tried, {counts['pruned']} pruned by the {chip} compiler, "
+               f"{counts['incorrect']} incorrect, {counts['failed'] + counts['rejected']} failed ({where}).")
+    return TuneResult(ok=True, summary=summary,
+                      best={"config": best.config, "median_ms": best.median_ms, "iqr_ms": best.iqr_ms,
+                            "speedup_vs_default": speedup},
+                      default={"config": default_cfg, "median_ms": default_row.median_ms if default_row else None},
+                      tried=trials, pruned=counts["pruned"], failed=counts["failed"] + counts["rejected"],
+                      incorrect=counts["incorrect"], timing_label=label)
