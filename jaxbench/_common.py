@@ -34,7 +34,10 @@ def draw(key, shape, dtype, seed: int, scale: float = 1.0, shift: float = 0.0):
     elif kind == "uniform":
         x = jax.random.uniform(key, flat, jnp.float32, -math.sqrt(3.0), math.sqrt(3.0))
     else:  # Student-t with 4 degrees of freedom, scaled to unit variance: occasional large values.
-        x = jax.random.t(key, 4.0, flat, jnp.float32) / math.sqrt(2.0)
+        # Closed form Z / sqrt(chi2_4 / 4), chi2_4 = -2 log(U1 U2): compiles far faster than jax.random.t.
+        kz, k1, k2 = jax.random.split(key, 3)
+        u = jax.random.uniform(k1, flat, jnp.float32, 1e-7, 1.0) * jax.random.uniform(k2, flat, jnp.float32, 1e-7, 1.0)
+        x = jax.random.normal(kz, flat, jnp.float32) / jnp.sqrt(-0.5 * jnp.log(u)) / math.sqrt(2.0)
     return (x.reshape(shape) * scale + shift).astype(dtype)
 
 

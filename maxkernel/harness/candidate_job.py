@@ -79,6 +79,7 @@ def run(job: dict, scratch: Path) -> dict:
     fn = (lambda *a: module.workload(*a, **tunables)) if tunables else module.workload
 
     races = job.get("detect_races", False)
+    race_states = record_race_states() if races and backend == "cpu" else None
     t0 = clock()
     try:
         with interpret_context(backend, races):
@@ -105,7 +106,7 @@ def run(job: dict, scratch: Path) -> dict:
         save_arrays(scratch / name, [jax.device_get(x) for x in jax.tree_util.tree_leaves(out)])
         outputs[str(s)] = name
 
-    found = _races_found() if races and backend == "cpu" else None
+    found = any(getattr(r, "races_found", False) for r in race_states) if race_states is not None else None
     timing = {"baseline_ms": [], "kernel_ms": []}
     if job.get("reps", 0) > 0:
         # Interleaved, after a warm-up of each, until the rep count or the time budget runs out.
@@ -119,10 +120,21 @@ def run(job: dict, scratch: Path) -> dict:
             "run_ms": run_ms, "timing": timing, "races": found, "timers_replaced": worker.replaced_timers()}
 
 
-def _races_found() -> bool | None:
-    try:
-        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
-    except ImportError:
-        return None
-    state = getattr(ipc, "races", None)
-    return bool(getattr(state, "races_found", False)) if state is not None else None
+def record_race_states() -> list:
+    """Collect every race-detection state the TPU interpreter creates from now on in this process.
+
+    The interpreter makes a fresh state per pallas_call, so the module-level one only speaks for the last
+    kernel run; a candidate with several kernels needs all of them checked.
+    """
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
+
+    made: list = []
+    base = ipc.RaceDetectionState
+
+    class Recorded(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    ipc.RaceDetectionState = Recorded
+    return made

@@ -1,0 +1,54 @@
+"""1p_Flash_Attention: causal multi-head self-attention (baseline MHA), q, k, v laid out [batch, heads, seq, head_dim]."""
+
+import math
+
+import jax.numpy as jnp
+
+from jaxbench._common import dims, draw, keys
+
+CONFIG = {
+    "name": "baseline_mha_flash_attention",
+    "model": "Baseline-MHA",
+    "operator": "flash_attention",
+    "batch": 4,
+    "seq_len": 4096,
+    "num_heads": 64,
+    "head_dim": 128,
+    "causal": True,
+}
+SIZES = {"smoke": {"batch": 2, "seq_len": 256, "num_heads": 2, "head_dim": 128}}
+
+# q is drawn wider than k so the scaled logits spread over several units and softmax rows are peaked.
+Q_SCALE = 2.0
+
+
+def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
+    """Returns (q, k, v), each [batch, num_heads, seq_len, head_dim] (the layout of jax's TPU flash attention)."""
+    d = dims(CONFIG, SIZES, size)
+    shape = (d["batch"], d["num_heads"], d["seq_len"], d["head_dim"])
+    kq, kk, kv = keys(seed, 3)
+    q = draw(kq, shape, dtype, seed, scale=Q_SCALE)
+    k = draw(kk, shape, dtype, seed)
+    v = draw(kv, shape, dtype, seed)
+    return q, k, v
+
+
+def workload(q, k, v):
+    """softmax(q k^T / sqrt(head_dim), causal) v: logits and softmax in f32, probabilities fed to the MXU in q's dtype."""
+    seq_q, seq_k, head_dim = q.shape[2], k.shape[2], q.shape[3]
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32) / math.sqrt(head_dim)
+    if CONFIG["causal"]:
+        # Query i sees keys 0..i; with seq_q == seq_k the diagonal keeps every row non-empty.
+        mask = jnp.arange(seq_q)[:, None] >= jnp.arange(seq_k)[None, :]
+        s = jnp.where(mask, s, -jnp.inf)
+    p = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+    p = p / jnp.sum(p, axis=-1, keepdims=True)
+    out = jnp.einsum("bhqk,bhkd->bhqd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    return out.astype(q.dtype)
+
+
+def get_flops(size="full"):
+    d = dims(CONFIG, SIZES, size)
+    dense = 4 * d["batch"] * d["num_heads"] * d["seq_len"] * d["seq_len"] * d["head_dim"]
+    # The causal mask leaves about half of the two matmuls useful.
+    return dense // 2 if CONFIG["causal"] else dense

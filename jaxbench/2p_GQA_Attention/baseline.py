@@ -1,0 +1,56 @@
+"""2p_GQA_Attention: Llama-3.1-405B causal grouped-query attention, q/k/v laid out [batch, seq, heads, head_dim]."""
+
+import math
+
+import jax.numpy as jnp
+
+from jaxbench._common import dims, draw, keys
+
+CONFIG = {
+    "name": "llama3_405b_gqa_attention",
+    "model": "Llama-3.1-405B",
+    "operator": "gqa_attention",
+    "batch": 4,
+    "seq_len": 4096,
+    "num_query_heads": 128,
+    "num_kv_heads": 8,
+    "head_dim": 128,
+    "emb_dim": 16384,  # num_query_heads * head_dim: the model width the projected q comes from
+}
+SIZES = {"smoke": {"batch": 2, "seq_len": 128, "num_query_heads": 8, "num_kv_heads": 2, "head_dim": 128,
+                   "emb_dim": 1024}}
+
+# q is drawn wider than k so the scaled logits spread over several units and softmax rows are peaked.
+Q_SCALE = 2.0
+
+
+def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
+    """Returns (q[batch, seq, num_query_heads, head_dim], k and v [batch, seq, num_kv_heads, head_dim])."""
+    d = dims(CONFIG, SIZES, size)
+    kq, kk, kv = keys(seed, 3)
+    q = draw(kq, (d["batch"], d["seq_len"], d["num_query_heads"], d["head_dim"]), dtype, seed, scale=Q_SCALE)
+    kv_shape = (d["batch"], d["seq_len"], d["num_kv_heads"], d["head_dim"])
+    k = draw(kk, kv_shape, dtype, seed)
+    v = draw(kv, kv_shape, dtype, seed)
+    return q, k, v
+
+
+def workload(q, k, v):
+    """Causal softmax(q k^T / sqrt(head_dim)) v, each kv head shared by num_query_heads // num_kv_heads q heads."""
+    batch, seq, num_q, head_dim = q.shape
+    num_kv = k.shape[2]
+    # Query head h uses kv head h // group, the Llama/MaxText grouping.
+    qg = q.reshape(batch, seq, num_kv, num_q // num_kv, head_dim)
+    s = jnp.einsum("bqhgd,bkhd->bhgqk", qg, k, preferred_element_type=jnp.float32) / math.sqrt(head_dim)
+    causal = jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :]
+    s = jnp.where(causal, s, -jnp.inf)
+    p = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+    p = p / jnp.sum(p, axis=-1, keepdims=True)
+    out = jnp.einsum("bhgqk,bkhd->bqhgd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    return out.reshape(batch, seq, num_q, head_dim).astype(q.dtype)
+
+
+def get_flops(size="full"):
+    d = dims(CONFIG, SIZES, size)
+    pairs = d["seq_len"] * (d["seq_len"] + 1) // 2  # causal (query, key) pairs
+    return 4 * d["batch"] * d["num_query_heads"] * pairs * d["head_dim"]
