@@ -93,7 +93,12 @@ def _bwrap_prefix(scratch: Path) -> list[str]:
     for node in _accelerator_nodes():
         args += ["--dev-bind", node, node]
     home = Path.home()
-    masked = [home / p for p in _SECRET_PATHS] + [s.cache_dir, Path.cwd() / ".env"]
+    # Every place maxkernel keeps references or sessions (configured and default), so a candidate cannot
+    # read a cached reference output left by an earlier run with other settings.
+    ours = {s.cache_dir, s.data_dir, home / ".cache" / "maxkernel", home / ".local" / "share" / "maxkernel"}
+    for p in ours:  # created now, so that a worker started before the first reference still hides it
+        p.mkdir(parents=True, exist_ok=True)
+    masked = [home / p for p in _SECRET_PATHS] + sorted(ours) + [Path.cwd() / ".env"]
     for p in masked:
         if p.is_dir():
             args += ["--tmpfs", str(p)]
@@ -130,10 +135,15 @@ class Worker:
         cmd = [sys.executable, "-P", "-m", "maxkernel.harness.worker", str(scratch)]
         if mode == "bwrap":
             cmd = _bwrap_prefix(scratch) + cmd
+        prlimit = shutil.which("prlimit")
+        # prlimit sets the limits without a Python preexec_fn, which would force a fork of this (threaded,
+        # JAX-importing) process; the fallback does the same from inside the child.
+        if prlimit:
+            cmd = [prlimit, f"--as={memory_mb << 20}", "--core=0", f"--fsize={4 << 30}", "--"] + cmd
         with open(log, "wb") as err:
             proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=err, stderr=err, cwd=scratch,
                                     env=_child_env(scratch), start_new_session=True,
-                                    preexec_fn=_limits(memory_mb))
+                                    preexec_fn=None if prlimit else _limits(memory_mb))
         return cls(proc, scratch, log, mode)
 
     def submit(self, job: dict, timeout: float) -> SandboxResult:

@@ -29,12 +29,12 @@ def _judge(evaluator, name, kernel, **kw):
     ("xla_in_pallas.py", "rejected", "inside pallas_call"),
     ("no_pallas.py", "rejected", "no pallas_call"),
     ("callback.py", "rejected", "pure_callback"),
-    ("steal_reference.py", None, ""),
+    ("steal_reference.py", "incorrect", "exceeds tolerance"),
     ("hardcoded.py", "rejected", "not computed from the inputs"),
     ("clock_tamper.py", "rejected", "perf_counter"),
     ("crash.py", "error", "died without a result"),
     ("exit_early.py", "error", "died without a result"),
-    ("forge_result.py", None, ""),
+    ("forge_result.py", "incorrect", "0 outputs, expected 1"),
     ("memory_bomb.py", "error", ""),
 ])
 def test_hostile_rmsnorm_kernels_are_refused(evaluator, kernel, status, words):
@@ -92,9 +92,10 @@ def test_no_network_from_the_sandbox(evaluator, tmp_path):
     server.settimeout(0.2)
     port = server.getsockname()[1]
     got = []
+    done = threading.Event()
 
     def accept():
-        for _ in range(150):
+        while not done.is_set():
             try:
                 conn, _ = server.accept()
                 got.append(conn.recv(100))
@@ -108,6 +109,7 @@ def test_no_network_from_the_sandbox(evaluator, tmp_path):
     try:
         v = _judge(evaluator, "12p_RMSNorm", _write(tmp_path, "net.py", body + _TAIL))
     finally:
+        done.set()
         t.join()
         server.close()
     assert v.status == "incorrect"
