@@ -5,8 +5,10 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_DATA = Path.home() / ".local" / "share" / "maxkernel"
 
 __all__ = ["Settings", "get_settings"]
 
@@ -24,6 +26,31 @@ class Settings(BaseSettings):
     eval_memory_mb: int = Field(default=6144, ge=2048, description="Address-space limit of a candidate process.")
     pool_size: int = Field(default=1, ge=0, description="Pre-started sandboxed workers kept warm by long-lived callers.")
     debug: bool = Field(default=False, description="Print tracebacks for internal errors of the CLI.")
+
+    # Models: "replay" (offline), any gemini-* name (API key or Vertex AI), or a LiteLLM "provider/model" string.
+    model: str = Field(default="gemini-3.5-flash", description="Model for every agent unless role_models says otherwise.")
+    role_models: dict[str, str] = Field(default_factory=dict,
+                                        description='Per-role models, e.g. {"planner": "gemini-3.5-pro"} (JSON).')
+    # Credentials are read here only to tell a user, before any work, that a model cannot be reached.
+    google_api_key: SecretStr | None = Field(default=None, validation_alias=AliasChoices("GOOGLE_API_KEY", "GEMINI_API_KEY"))
+    google_genai_use_vertexai: bool = Field(default=False, validation_alias="GOOGLE_GENAI_USE_VERTEXAI")
+    google_cloud_project: str | None = Field(default=None, validation_alias="GOOGLE_CLOUD_PROJECT")
+    google_cloud_location: str | None = Field(default=None, validation_alias="GOOGLE_CLOUD_LOCATION")
+
+    # Agent state: embedded SQLite and local files by default; agentengine://ID and gs://bucket for teams.
+    data_dir: Path = Field(default=_DATA, description="Sessions, artifacts and workspaces when no URI is given.")
+    session_uri: str | None = Field(default=None, description="sqlite:///path, memory://, agentengine://ID, postgresql://...")
+    artifact_uri: str | None = Field(default=None, description="file:///path, memory://, gs://bucket")
+
+    # The autonomous loop's budgets and stopping rules.
+    max_iterations: int = Field(default=4, ge=1)
+    max_debug_rounds: int = Field(default=3, ge=0)
+    patience: int = Field(default=2, ge=1, description="Stop after this many iterations without a faster kernel.")
+    target_speedup: float | None = Field(default=None, description="Stop once a correct kernel is this much faster.")
+    max_tokens: int | None = Field(default=None, description="Stop starting new steps past this many tokens.")
+    max_cost_usd: float | None = Field(default=None)
+    max_wall_s: float | None = Field(default=None)
+    chip: str = Field(default="v5e", description="Target chip for compile checks, roofline and tuning.")
 
 
 @lru_cache(maxsize=1)

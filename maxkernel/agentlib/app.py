@@ -1,0 +1,38 @@
+"""One factory for every paradigm: the same sub-agent pool under a root chosen by policy."""
+
+from __future__ import annotations
+
+from google.adk.apps import App
+
+from maxkernel.agentlib.models import resolve_model
+from maxkernel.agentlib.sub_agents import ROLES
+from maxkernel.agentlib.usage import UsagePlugin
+
+__all__ = ["POLICIES", "build_pool", "build_root", "build_app"]
+
+POLICIES = ("auto", "hitl")
+
+
+def build_pool(model: str | None = None, *, single_turn: bool = False) -> list:
+    """A fresh instance of every sub-agent (an ADK agent has one parent, so each root gets its own)."""
+    kw = {"mode": "single_turn"} if single_turn else {}
+    return [build(resolve_model(role, override=model), **kw) for role, build in ROLES.items()]
+
+
+def build_root(policy: str, model: str | None = None):
+    """The root orchestrator for `policy` over a fresh sub-agent pool."""
+    if policy == "auto":
+        from maxkernel.agentlib.root.auto import AutoOrchestrator
+
+        return AutoOrchestrator(name="maxkernel_auto", description="Autonomous kernel optimisation loop.",
+                                sub_agents=build_pool(model))
+    if policy == "hitl":
+        from maxkernel.agentlib.root.hitl import build_hitl_root
+
+        return build_hitl_root(build_pool(model, single_turn=True), resolve_model("root", override=model))
+    raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+
+
+def build_app(policy: str, model: str | None = None, *, name: str | None = None) -> App:
+    """An ADK App for `policy`, with the usage plugin (LLM calls, tokens, cost)."""
+    return App(name=name or policy, root_agent=build_root(policy, model), plugins=[UsagePlugin()])

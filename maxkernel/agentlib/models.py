@@ -1,0 +1,90 @@
+"""Choosing each agent's model: Gemini (API key or Vertex AI), any LiteLLM string, or the offline replay."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from maxkernel.settings import Settings, get_settings
+
+__all__ = ["ModelConfigError", "resolve_model", "model_name", "check_credentials", "price_per_mtok", "is_replay"]
+
+# USD per million tokens (input, output); an estimate for reports, never a bill. Unknown models cost None.
+_PRICES = {
+    "gemini-3.5-pro": (1.25, 10.0), "gemini-3.5-flash": (0.30, 2.50), "gemini-2.5-pro": (1.25, 10.0),
+    "gemini-2.5-flash": (0.30, 2.50), "gemini-2.5-flash-lite": (0.10, 0.40),
+    "openai/gpt-5": (1.25, 10.0), "anthropic/claude-sonnet-4-5": (3.0, 15.0), "replay": (0.0, 0.0),
+}
+# LiteLLM providers and the variable that holds their key (ollama and other local servers need none).
+_PROVIDER_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "mistral": "MISTRAL_API_KEY",
+                  "groq": "GROQ_API_KEY", "deepseek": "DEEPSEEK_API_KEY", "together_ai": "TOGETHERAI_API_KEY",
+                  "openrouter": "OPENROUTER_API_KEY"}
+
+
+class ModelConfigError(RuntimeError):
+    """The chosen model cannot be used here (no credentials, missing package): said before any work starts."""
+
+
+def model_name(role: str | None = None, settings: Settings | None = None, override: str | None = None) -> str:
+    s = settings or get_settings()
+    if override:
+        return override
+    return (s.role_models or {}).get(role or "", s.model)
+
+
+def is_replay(name: str) -> bool:
+    return name == "replay"
+
+
+def check_credentials(name: str, settings: Settings | None = None) -> None:
+    """Raise ModelConfigError with what to set when `name` cannot be reached with this configuration."""
+    import os
+
+    s = settings or get_settings()
+    if is_replay(name):
+        return
+    if name.startswith("gemini"):
+        if s.google_genai_use_vertexai:
+            if not s.google_cloud_project:
+                raise ModelConfigError(f"model {name} on Vertex AI needs GOOGLE_CLOUD_PROJECT (and GOOGLE_CLOUD_LOCATION)"
+                                       " set, plus application-default credentials (gcloud auth application-default login)")
+            return
+        if s.google_api_key is None or not s.google_api_key.get_secret_value():
+            raise ModelConfigError(f"model {name} needs GOOGLE_API_KEY (Gemini API), or GOOGLE_GENAI_USE_VERTEXAI=TRUE "
+                                   "with GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (Vertex AI); or use --model replay "
+                                   "for the offline replay model")
+        return
+    if "/" in name:
+        if importlib.util.find_spec("litellm") is None:
+            raise ModelConfigError(f"model {name} is a LiteLLM model string: install it with pip install litellm")
+        provider = name.split("/", 1)[0]
+        key = _PROVIDER_KEYS.get(provider)
+        # The provider's own variable is LiteLLM's to read; we only look whether it is there.
+        if key and not os.environ.get(key):
+            raise ModelConfigError(f"model {name} needs {key} set")
+        return
+    raise ModelConfigError(f"unknown model {name!r}: use a gemini-* name, a LiteLLM 'provider/model' string, or replay")
+
+
+def resolve_model(role: str, settings: Settings | None = None, override: str | None = None):
+    """The model object or name ADK should use for `role` (credentials checked first)."""
+    name = model_name(role, settings, override)
+    check_credentials(name, settings)
+    if is_replay(name):
+        from maxkernel.agentlib.replay import ReplayLlm
+
+        return ReplayLlm(role=role)
+    if name.startswith("gemini"):
+        return name
+    from google.adk.models.lite_llm import LiteLlm
+
+    return LiteLlm(model=name)
+
+
+def price_per_mtok(name: str) -> tuple[float, float] | None:
+    """(input, output) USD per million tokens for `name`, or None when unknown."""
+    if name in _PRICES:
+        return _PRICES[name]
+    for key, price in _PRICES.items():
+        if name.startswith(key):
+            return price
+    return None

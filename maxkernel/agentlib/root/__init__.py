@@ -1,0 +1,1 @@
+"""Root orchestrators: the routing policies over the one sub-agent pool."""

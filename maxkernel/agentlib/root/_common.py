@@ -1,0 +1,60 @@
+"""What every root policy shares: reading the task from the request, session set-up, artifacts, messages."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import jaxbench
+from google.adk.agents.invocation_context import InvocationContext
+from google.adk.events import Event, EventActions
+from google.genai import types
+
+from maxkernel.settings import get_settings
+
+__all__ = ["find_task", "say", "save_text_artifact", "session_setup"]
+
+_TASK = re.compile(r"\b(\d{1,2}[pk]_[A-Za-z0-9_]+)\b")
+_SIZE = re.compile(r"\b(smoke|full)\b")
+
+
+def find_task(text: str) -> str | None:
+    """The suite task named in a request ("optimize 12p_RMSNorm"), or a folder path holding baseline.py."""
+    for m in _TASK.finditer(text or ""):
+        if m.group(1) in jaxbench.task_names():
+            return m.group(1)
+    for word in (text or "").split():
+        if (Path(word) / "baseline.py").is_file():
+            return str(Path(word).resolve())
+    return None
+
+
+def request_text(ctx: InvocationContext) -> str:
+    content = ctx.user_content
+    return " ".join(p.text for p in (content.parts if content else []) if p.text) if content else ""
+
+
+def session_setup(ctx: InvocationContext, task: str) -> dict:
+    """State for a new run: the task, size, chip and the session's workspace folder."""
+    s = get_settings()
+    text = request_text(ctx)
+    size = (_SIZE.search(text).group(1) if _SIZE.search(text) else None) or ctx.session.state.get("size") or "smoke"
+    ws = s.data_dir / "workspaces" / ctx.session.id
+    ws.mkdir(parents=True, exist_ok=True)
+    return {"task": task, "size": size, "chip": ctx.session.state.get("chip") or s.chip, "workspace": str(ws)}
+
+
+def say(ctx: InvocationContext, author: str, text: str, delta: dict | None = None) -> Event:
+    """An event from the orchestrator: a progress message and/or a state change."""
+    return Event(author=author, invocation_id=ctx.invocation_id, branch=ctx.branch,
+                 content=types.Content(role="model", parts=[types.Part(text=text)]) if text else None,
+                 actions=EventActions(state_delta=delta or {}))
+
+
+async def save_text_artifact(ctx: InvocationContext, name: str, text: str) -> int | None:
+    """Save `text` as a versioned artifact of the session (None when no artifact service is configured)."""
+    if ctx.artifact_service is None:
+        return None
+    return await ctx.artifact_service.save_artifact(app_name=ctx.session.app_name, user_id=ctx.session.user_id,
+                                                    session_id=ctx.session.id, filename=name,
+                                                    artifact=types.Part.from_text(text=text))

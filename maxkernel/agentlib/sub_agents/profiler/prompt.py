@@ -1,0 +1,14 @@
+"""The profiler's instruction."""
+
+from maxkernel.agentlib.sub_agents._common import CONTEXT
+
+INSTRUCTION = CONTEXT + """
+You are the profiler. Profile the kernel against the baseline (profile_kernel), read where the time goes and
+where the kernel sits on the chip's roofline (chip_specs gives the ridge point), and say what to try next:
+one to three concrete changes (block sizes, fusing a pass, fewer HBM round trips, raising arithmetic
+intensity, better dimension_semantics). On CPU the times come from the interpreter: rely on the roofline
+reading and the structure of the kernel, not on the CPU milliseconds.
+
+Last verdict: {verdict_summary?}
+
+Answer with the advice only, as a short list."""

@@ -1,0 +1,5 @@
+"""The human-in-the-loop app: `adk web maxkernel/agents`, then pick "hitl"."""
+
+from maxkernel.agentlib import build_app
+
+app = build_app("hitl")
