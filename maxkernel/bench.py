@@ -60,7 +60,7 @@ def time_task(task: Task, size: str, *, reps: int = 20, budget_s: float = 2.0, w
     result = {"name": task.name, "size": size, "backend": backend, "chip": chip.name, "flops": flops,
               "bytes": nbytes, **row(time_fn(jax.jit(task.module.workload), inputs, reps=reps, budget_s=budget_s))}
     if with_reference and task.reference_kernel is not None:
-        module = load_kernel(task.reference_kernel, f"_reference_{task.name}")
+        module = load_kernel(task.reference_kernel)
         with interpret_context(backend):
             fn = jax.jit(module.workload).trace(*inputs).lower().compile()
         ref = row(time_fn(fn, inputs, reps=reps, budget_s=budget_s))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import re
 import sys
@@ -11,14 +12,23 @@ from pathlib import Path
 __all__ = ["run", "load_kernel"]
 
 
-def load_kernel(path: Path, name: str = "candidate_kernel"):
-    """Import a kernel file as a fresh module; it must define workload()."""
+def load_kernel(path: Path):
+    """Import a kernel file under a name unique to its path and content; it must define workload()."""
+    data = Path(path).read_bytes()
+    name = "_maxkernel_kernel_" + hashlib.sha256(data + str(path).encode()).hexdigest()[:16]
+    if name in sys.modules:
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    sys.modules[name] = module  # registered first: dataclasses in the kernel look their module up by name
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
     if not callable(getattr(module, "workload", None)):
-        raise AttributeError(f"{path.name} does not define workload(*inputs)")
+        sys.modules.pop(name, None)
+        raise AttributeError(f"{Path(path).name} does not define workload(*inputs)")
     return module
 
 

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.util
 import os
 import re
-import sys
 import time
 from pathlib import Path
 
 from maxkernel import chips as chips_mod
+from maxkernel.harness.candidate_job import load_kernel
 from maxkernel.tasks import load_task
 from maxkernel.tools._hints import hint_for
 
-__all__ = ["run", "load_kernel", "supported_tpu_chips", "vmem_from_hlo", "vmem_from_error", "trim_error"]
+__all__ = ["run", "supported_tpu_chips", "vmem_from_hlo", "vmem_from_error", "trim_error"]
 
 _TOPOLOGY_DEVICES: dict[str, object] = {}  # chip name -> one device of its compile-only topology
 _ERROR_CHARS = 1500
@@ -93,26 +91,6 @@ def run(job: dict, scratch: Path) -> dict:
     out.update(ok=True, vmem_bytes=vmem_from_hlo(compiled.as_text()), memory=_memory(compiled))
     _fill_costs(out, compiled, chip, task, size, structs)
     return out
-
-
-def load_kernel(path: Path):
-    """Import a kernel file under a name unique to its content; it must define workload()."""
-    data = Path(path).read_bytes()
-    name = "_maxkernel_compile_" + hashlib.sha256(data + str(path).encode()).hexdigest()[:16]
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    if not callable(getattr(module, "workload", None)):
-        sys.modules.pop(name, None)
-        raise AttributeError(f"{Path(path).name} does not define workload(*inputs)")
-    return module
 
 
 def supported_tpu_chips() -> list[str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from maxkernel import chips
 from maxkernel.tasks import load_task
+from maxkernel.harness.candidate_job import load_kernel
 from maxkernel.tools import _compile_job
 
 __all__ = ["run", "estimate_vmem", "PROGRESS_FILE"]
@@ -70,7 +71,7 @@ def _prune_by_estimate(job: dict, config: dict, chip_name: str, scratch: Path) -
         import jax
 
         structs = jax.eval_shape(lambda: task.create_inputs(size=job.get("size", "full"), seed=0))
-        module = _compile_job.load_kernel(scratch / job["kernel"])
+        module = load_kernel(scratch / job["kernel"])
         est = estimate_vmem(functools.partial(module.workload, **config), structs, chip)
     except Exception:  # noqa: BLE001  (the real compile below reports the error properly)
         return None
