@@ -162,7 +162,12 @@ class Evaluator:
         if speedup is not None and speedup > MAX_PLAUSIBLE_SPEEDUP:
             flags.append("speedup_over_10x")
         flags += _roofline_flags(r["backend"], meta, kernel)
-        label = CPU_TIMING_LABEL if r["backend"] == "cpu" else f"{r['backend']} wall time around block_until_ready"
+        if r["backend"] == "cpu":
+            label = CPU_TIMING_LABEL
+        elif r["timing"].get("source") == "device":
+            label = f"{r['backend']} device time from the profiler (sum of the program's device ops per run)"
+        else:
+            label = f"{r['backend']} wall time around block_until_ready (no device events in the profile)"
         timing = dict(baseline=baseline, kernel=kernel, speedup=speedup, flags=flags, timing_label=label)
         if r.get("races"):
             return Verdict(**common, **timing, status="incorrect", stage="run", correctness=correctness,
