@@ -180,6 +180,31 @@ def cmd_autotune(args) -> int:
     return 0
 
 
+# -- optimize ---------------------------------------------------------------------------------------------
+def cmd_optimize(args) -> int:
+    from maxkernel.optimize import OptimizeError, run_optimize
+
+    try:
+        r = run_optimize(args.task, mode=args.mode, model=args.model, size=args.size, out=args.out,
+                         session_uri=args.session_uri, artifact_uri=args.artifact_uri, session_id=args.session_id,
+                         progress=_progress)
+    except OptimizeError as exc:
+        raise UsageError(str(exc)) from None
+    v = r["verdict"] or {}
+    lines = [f"{r['status'].upper()}: {r['stop_reason'] or 'no result'}"]
+    if r["kernel"]:
+        lines.append(f"kernel: {r['kernel']}")
+    if v.get("speedup") is not None:
+        timing = "CPU interpreter time, not TPU time" if "cpu_timing" in v.get("flags", []) else v.get("backend")
+        lines.append(f"held-out verdict {v['status'].upper()}: {v['reason']}; speedup {v['speedup']:.3g}x ({timing})")
+    cost = "unknown cost" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}"
+    lines.append(f"{r['iterations']} iterations, {r['llm_calls']} LLM calls, {r['tokens']} tokens, {cost}"
+                 + (" (replay model)" if r["replay"] else f" ({r['model']})"))
+    lines.append(f"session: {r['session_id']}")
+    _emit(args, r, "\n".join(lines))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="maxkernel", description="Write, verify, profile and tune JAX Pallas kernels.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -242,6 +267,18 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--time-budget", type=float, default=600.0)
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_autotune)
+
+    o = sub.add_parser("optimize", help="run the autonomous agent on one task (HITL runs in adk web)")
+    o.add_argument("--task", required=True)
+    o.add_argument("--mode", default="auto", choices=["auto", "hitl"])
+    o.add_argument("--model", default=None, help="model for every agent: gemini-*, provider/model (LiteLLM) or replay")
+    o.add_argument("--size", default="smoke", choices=["smoke", "full"])
+    o.add_argument("--out", default=None, help="folder for the best kernel (kernel.py) and its verdict.json")
+    o.add_argument("--session-uri", default=None, help="sqlite:///path (default), memory://, agentengine://ID, ...")
+    o.add_argument("--artifact-uri", default=None, help="file:///path (default), memory://, gs://bucket")
+    o.add_argument("--session-id", default=None, help="resume this session (created with this id if absent)")
+    o.add_argument("--json", action="store_true")
+    o.set_defaults(func=cmd_optimize)
     return p
 
 

@@ -11,4 +11,10 @@ if ! command -v bwrap >/dev/null 2>&1; then
     echo "setup: bubblewrap not found and cannot be installed here; kernels will run in the degraded sandbox" >&2
   fi
 fi
+# Debian's Chromium drives the `adk web` end-to-end test (headless, over the DevTools protocol).
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "setup: installing chromium (for the adk web test)" >&2
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+    || echo "setup: chromium could not be installed; the adk web test will be skipped" >&2
+fi
 python3 -m pip install -q --disable-pip-version-check -e ".[dev]"

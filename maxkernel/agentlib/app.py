@@ -10,7 +10,7 @@ from maxkernel.agentlib.usage import UsagePlugin
 
 __all__ = ["POLICIES", "build_pool", "build_root", "build_app"]
 
-POLICIES = ("auto", "hitl")
+POLICIES = ("auto", "hitl", "search")
 
 
 def build_pool(model: str | None = None, *, single_turn: bool = False) -> list:
@@ -30,6 +30,11 @@ def build_root(policy: str, model: str | None = None):
         from maxkernel.agentlib.root.hitl import build_hitl_root
 
         return build_hitl_root(build_pool(model, single_turn=True), resolve_model("root", override=model))
+    if policy == "search":
+        from maxkernel.search.node_agent import NodeBuilder
+
+        return NodeBuilder(name="maxkernel_search", description="Builds one node of a graph search: plan, implement, "
+                           "check and debug, judge, profile.", sub_agents=build_pool(model))
     raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
 
 

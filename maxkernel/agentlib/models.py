@@ -82,9 +82,6 @@ def resolve_model(role: str, settings: Settings | None = None, override: str | N
 
 def price_per_mtok(name: str) -> tuple[float, float] | None:
     """(input, output) USD per million tokens for `name`, or None when unknown."""
-    if name in _PRICES:
-        return _PRICES[name]
-    for key, price in _PRICES.items():
-        if name.startswith(key):
-            return price
-    return None
+    # The longest known prefix: "gemini-2.5-flash-lite-001" is priced as flash-lite, not as flash.
+    key = max((k for k in _PRICES if name.startswith(k)), key=len, default=None)
+    return _PRICES[key] if key else None

@@ -30,7 +30,10 @@ def resolve(root: Path, rel: str) -> Path:
     if not rel or Path(rel).is_absolute():
         raise WorkspaceError(f"path {rel!r} refused: give a path relative to the workspace, e.g. kernel.py")
     root = root.resolve()
-    target = (root / rel).resolve()
+    try:
+        target = (root / rel).resolve()
+    except (OSError, ValueError) as exc:  # a NUL byte, a symlink loop, a name too long: a reply, not a crash
+        raise WorkspaceError(f"path {rel!r} refused: {exc}") from exc
     if target != root and root not in target.parents:
         raise WorkspaceError(f"path {rel!r} refused: it leaves the workspace")
     return target
@@ -50,7 +53,7 @@ def read_file(path: str, tool_context: ToolContext) -> dict:
         if not target.is_file():
             return {"error": f"no file {path!r} in the workspace; list_files shows what is there"}
         return {"path": path, "content": target.read_text()[:_MAX_BYTES]}
-    except (WorkspaceError, UnicodeDecodeError) as exc:
+    except (WorkspaceError, UnicodeDecodeError, OSError) as exc:
         return {"error": str(exc)}
 
 
@@ -72,8 +75,11 @@ async def write_file(path: str, content: str, tool_context: ToolContext) -> dict
         target = resolve(workspace_dir(tool_context), path)
     except WorkspaceError as exc:
         return {"error": str(exc)}
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(content)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    except OSError as exc:  # e.g. the path names a folder, or a name too long
+        return {"error": f"could not write {path!r}: {exc}"}
     version = None
     try:
         from google.genai import types

@@ -1,7 +1,5 @@
 """Hostile and cheating kernels: each is refused, the harness survives, nothing outside the scratch changes."""
 
-import json
-import os
 import socket
 import subprocess
 import threading

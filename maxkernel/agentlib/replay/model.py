@@ -105,6 +105,8 @@ class ReplayLlm(BaseLlm):
             m = re.search(r"\b(\d{1,2}[pk]_[A-Za-z0-9_]+)\b", text)
             if m:
                 return _calls([{"name": "select_task", "args": {"task": m.group(1), "size": "smoke"}}])
+            if re.search(r"\b(debug|fix)\b", text, re.I):
+                return _calls([{"name": "debugger", "args": {"request": text}}])
             if re.search(r"\b(plan|again|re-?plan)\b", text, re.I):
                 return _calls([{"name": "planner", "args": {"request": text}}])
             return _text("Tell me the task to work on, e.g. 'optimize 12p_RMSNorm'.")
@@ -120,10 +122,13 @@ class ReplayLlm(BaseLlm):
             if body.get("approved"):
                 return _calls([{"name": "implementer", "args": {"request": "Implement the approved plan."}}])
             return _text("The plan was not approved. What should change? Say 'plan again' with your wishes.")
-        if r.name == "implementer":
+        if r.name in ("implementer", "debugger"):
             return _calls([{"name": "judge_kernel", "args": {}}])
         if r.name == "judge_kernel":
-            return _text(f"Harness verdict: {body.get('summary', body)}. Next: profile, tune, re-plan or ask me.")
+            verdict = f"Harness verdict: {body.get('summary', body)}."
+            if body.get("status") == "correct":
+                return _text(f"{verdict} Next: profile, tune, re-plan or ask me.")
+            return _text(f"{verdict} Say 'debug' to hand it to the debugger, or re-plan.")
         return _text(f"{r.name} finished: {_short(r)}")
 
 

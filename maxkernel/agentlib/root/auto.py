@@ -9,6 +9,7 @@ resumes at the iteration it was in.
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import time
 from pathlib import Path
@@ -24,7 +25,12 @@ from maxkernel.settings import get_settings
 
 __all__ = ["AutoOrchestrator"]
 
-LOOP = "loop"  # state key: {iteration, no_gain, history, best, started_wall, finished}
+LOOP = "loop"  # state key: {iteration, no_gain, history, best, elapsed_s, finished}
+# State the sub-agents read or the run reports that belongs to one task's loop.
+_PER_TASK = ("plan", "advice", "best_summary", "verdict_summary", "last_error", "implementation_note", "debug_note",
+             "tuning_note", "test_report", "result", "result_summary")
+
+_AGAIN = re.compile(r"\bagain\b", re.I)  # "optimize X again" continues a finished session's loop
 
 
 class AutoOrchestrator(BaseAgent):
@@ -38,16 +44,20 @@ class AutoOrchestrator(BaseAgent):
                                       "or a folder with baseline.py).")
             return
         loop = dict(state.get(LOOP) or {})
-        if loop.get("finished") and state.get("task") == task and "again" not in request_text(ctx).lower():
-            yield say(ctx, self.name, "This session already finished: " + state.get("result_summary", ""))
+        if loop.get("finished") and state.get("task") == task and not _AGAIN.search(request_text(ctx)):
+            yield say(ctx, self.name, "This session already finished: " + (state.get("result_summary") or ""))
             return
         if state.get("task") != task or not loop:
             loop = {"iteration": 0, "no_gain": 0, "history": [], "best": None, "elapsed_s": 0.0, "finished": False}
+            # A session switching tasks must not feed the old task's plan, advice or result to the new one.
+            stale = {k: None for k in _PER_TASK if state.get(k) is not None}
             yield say(ctx, self.name, f"Optimising {task}. Each kernel is compiled for the target chip, tested under "
                                       "the strict interpreter and judged by the sandboxed harness.",
-                      {**session_setup(ctx, task), LOOP: loop})
+                      {**stale, **session_setup(ctx, task), LOOP: loop})
         else:
-            yield say(ctx, self.name, f"Resuming {task} at iteration {loop['iteration'] + 1}.")
+            # Unfinished from here on: a resumed run stopped mid-way must resume again, not report "finished".
+            loop["finished"] = False
+            yield say(ctx, self.name, f"Resuming {task} at iteration {loop['iteration'] + 1}.", {LOOP: loop})
         s = get_settings()
         started = time.monotonic()
         agents = {a.name: a for a in self.sub_agents}

@@ -39,7 +39,8 @@ def select_task(task: str, tool_context: ToolContext, size: str = "smoke") -> di
     ws.mkdir(parents=True, exist_ok=True)
     tool_context.state.update({"task": t.name if t.source == "jaxbench" else str(t.path), "size": size,
                                "chip": tool_context.state.get("chip") or s.chip, "workspace": str(ws),
-                               "require_plan_approval": True, "plan_approved": False})
+                               "require_plan_approval": True, "plan_approved": False,
+                               "debug_round": 0, "last_error": ""})
     return {"task": t.name, "size": size, "chip": tool_context.state["chip"]}
 
 
@@ -52,8 +53,8 @@ def submit_plan(plan: str, tool_context: ToolContext) -> dict:
     Returns:
         {"approved": true} once the person approved it.
     """
-    tool_context.state["plan"] = plan
-    tool_context.state["plan_approved"] = True
+    # A newly approved plan means a new kernel: its debugging starts over.
+    tool_context.state.update({"plan": plan, "plan_approved": True, "debug_round": 0, "last_error": ""})
     return {"approved": True}
 
 
@@ -79,6 +80,10 @@ async def judge_kernel(tool_context: ToolContext, path: str = "kernel.py") -> di
                                 size=tool_context.state.get("size", "smoke"))
     summary = f"{v.status.upper()}: {v.reason}"
     tool_context.state["verdict_summary"] = summary[:500]
+    # The debugger's instruction reads what failed and the round from state, as in the auto loop.
+    failed = v.status != "correct"
+    tool_context.state["last_error"] = f"judge_kernel: {summary}"[:3000] if failed else ""
+    tool_context.state["debug_round"] = int(tool_context.state.get("debug_round") or 0) + 1 if failed else 0
     return {"status": v.status, "summary": summary, "max_rel_err": v.correctness.max_rel_err,
             "tolerance": v.correctness.tolerance, "speedup": v.speedup, "flags": v.flags,
             "timing_label": v.timing_label}

@@ -1,0 +1,146 @@
+"""`maxkernel optimize`: one headless run of the autonomous agent on one task, through the real ADK Runner."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Callable
+
+__all__ = ["OptimizeError", "run_optimize", "USER_ID", "REPLAY_LABEL"]
+
+# The user id `adk web` uses, so a session started here can be opened there (same session URI).
+USER_ID = "user"
+REPLAY_LABEL = "offline replay model: recorded model turns, real tools and harness verdicts"
+HITL_MESSAGE = ("HITL needs a person to approve plans: run `adk web maxkernel/agents` and pick the hitl app "
+                "(add --session_service_uri/--artifact_service_uri to share this CLI's stores)")
+
+
+class OptimizeError(ValueError):
+    """A usage problem found before any work (unknown task or size, HITL asked headless, no credentials)."""
+
+
+def _models(model: str | None) -> dict[str, str]:
+    """Each sub-agent role's model name, credentials checked for all of them before anything starts."""
+    from maxkernel.agentlib.models import ModelConfigError, check_credentials, model_name
+    from maxkernel.agentlib.sub_agents import ROLES
+
+    names = {role: model_name(role, override=model) for role in ROLES}
+    for name in dict.fromkeys(names.values()):
+        try:
+            check_credentials(name)
+        except ModelConfigError as exc:
+            raise OptimizeError(str(exc)) from None
+    return names
+
+
+def _task_spec(task: str, size: str) -> str:
+    from maxkernel.tasks import TaskError, load_task
+
+    try:
+        t = load_task(task)
+    except TaskError as exc:
+        raise OptimizeError(str(exc)) from None
+    if size not in t.sizes:
+        raise OptimizeError(f"task {t.name} has no size {size!r} (has {', '.join(t.sizes)})")
+    return t.name if t.source == "jaxbench" else str(t.path)
+
+
+def _describe(event) -> list[str]:
+    """Progress lines for one event: who spoke (first line of the text) and which tools were called."""
+    lines = []
+    for part in (event.content.parts if event.content else None) or []:
+        if part.text and part.text.strip() and not getattr(part, "thought", False):
+            lines.append(f"{event.author}: {part.text.strip().splitlines()[0][:200]}")
+        elif part.function_call:
+            args = ", ".join(f"{k}={str(v)[:40]!r}" for k, v in (part.function_call.args or {}).items()
+                             if k not in ("content", "source", "code"))
+            lines.append(f"{event.author} -> {part.function_call.name}({args})")
+    return lines
+
+
+async def _run(app, spec: str, size: str, session_uri, artifact_uri, session_id, progress) -> tuple[dict, str]:
+    from google.adk import Runner
+    from google.genai import types
+
+    from maxkernel.agentlib.services import artifact_service, session_service
+
+    sessions = session_service(session_uri)
+    runner = Runner(app=app, session_service=sessions, artifact_service=artifact_service(artifact_uri))
+    try:
+        session = None
+        if session_id:
+            session = await sessions.get_session(app_name=app.name, user_id=USER_ID, session_id=session_id)
+        if session is None:
+            session = await sessions.create_session(app_name=app.name, user_id=USER_ID, session_id=session_id)
+            progress(f"session {session.id} (new)")
+        else:
+            progress(f"session {session.id} (resumed)")
+        message = types.Content(role="user", parts=[types.Part(text=f"optimize {spec} {size}")])
+        async for event in runner.run_async(user_id=USER_ID, session_id=session.id, new_message=message):
+            for line in _describe(event):
+                progress(line)
+        session = await sessions.get_session(app_name=app.name, user_id=USER_ID, session_id=session.id)
+        return dict(session.state), session.id
+    finally:
+        await runner.close()
+
+
+def run_optimize(task: str, mode: str = "auto", model: str | None = None, size: str = "smoke",
+                 out: str | Path | None = None, session_uri: str | None = None, artifact_uri: str | None = None,
+                 session_id: str | None = None, progress: Callable[[str], None] | None = None) -> dict:
+    """Run the autonomous agent on `task` and return the cli.md `optimize` document.
+
+    Raises OptimizeError (before any work) for an unknown task or size, mode "hitl", missing credentials, or
+    the replay model asked for a task it has no recording of.
+    """
+    from maxkernel.agentlib import build_app
+    from maxkernel.agentlib.models import is_replay
+    from maxkernel.agentlib.replay.model import recorded_tasks
+
+    progress = progress or (lambda _line: None)
+    if mode == "hitl":
+        raise OptimizeError(HITL_MESSAGE)
+    if mode != "auto":
+        raise OptimizeError(f"unknown mode {mode!r}: use auto (headless) or hitl (in adk web)")
+    names = _models(model)
+    spec = _task_spec(task, size)
+    replay = any(is_replay(n) for n in names.values())
+    if replay and Path(spec).name not in recorded_tasks():
+        raise OptimizeError(f"the replay model has recordings only for {', '.join(recorded_tasks())}; "
+                            "set GOOGLE_API_KEY (or Vertex AI) and use a gemini model for other tasks")
+    shown = sorted(set(names.values()))
+    progress(f"model: {', '.join(shown)}" + (f" ({REPLAY_LABEL})" if replay else ""))
+
+    app = build_app(mode, model)
+    state, sid = asyncio.run(_run(app, spec, size, session_uri, artifact_uri, session_id, progress))
+
+    result = state.get("result") or {}
+    usage = state.get("usage") or {}
+    kernel = result.get("kernel")
+    if out and kernel:
+        dest = Path(out)
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kernel, dest / "kernel.py")
+        (dest / "verdict.json").write_text(json.dumps(result.get("verdict"), indent=2) + "\n")
+        kernel = str((dest / "kernel.py").resolve())
+    doc = {
+        "status": result.get("status", "unfinished"),
+        "kernel": kernel,
+        "verdict": result.get("verdict"),
+        "iterations": result.get("iterations", (state.get("loop") or {}).get("iteration", 0)),
+        "llm_calls": usage.get("llm_calls", 0),
+        "tokens": usage.get("tokens", 0),
+        # An unpriced model's cost is unknown, not zero.
+        "cost_usd": usage.get("cost_usd", 0.0) if usage.get("priced", True) else None,
+        "session_id": sid,
+        "task": state.get("task", spec),
+        "size": state.get("size", size),
+        "stop_reason": result.get("stop_reason"),
+        "model": shown[0] if len(shown) == 1 else names,
+        "replay": replay,
+    }
+    if replay:
+        doc["model_label"] = REPLAY_LABEL
+    return doc

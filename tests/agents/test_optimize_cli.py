@@ -1,0 +1,93 @@
+"""`maxkernel optimize` end to end: the replay model through the real Runner, tools and harness; usage errors."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_CREDENTIALS = ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_CLOUD_PROJECT",
+                "GOOGLE_APPLICATION_CREDENTIALS")
+
+
+def agent_env(data_dir: Path) -> dict:
+    """A child environment with no model credentials, private data and a one-iteration budget."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in _CREDENTIALS and (not k.startswith("MAXKERNEL_") or k == "MAXKERNEL_CACHE_DIR")}
+    env.update(JAX_PLATFORMS="cpu", MAXKERNEL_DATA_DIR=str(data_dir), MAXKERNEL_MAX_ITERATIONS="1")
+    return env
+
+
+def mk(*args, env, cwd, timeout=600):
+    return subprocess.run([sys.executable, "-m", "maxkernel.cli", *args], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def replay_run(tmp_path_factory):
+    """One optimize run on 12p_RMSNorm (smoke) with the replay model, copying the answer to --out."""
+    base = tmp_path_factory.mktemp("optimize")
+    out = base / "out"
+    # cwd is a scratch folder so no developer .env can supply credentials or settings.
+    r = mk("optimize", "--task", "12p_RMSNorm", "--model", "replay", "--size", "smoke", "--out", str(out), "--json",
+           env=agent_env(base / "data"), cwd=base)
+    return r, out
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_replay_run_answers_a_correct_kernel_with_its_costs(replay_run):
+    r, out = replay_run
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)  # exactly one JSON document on stdout
+    assert doc["status"] == "correct"
+    assert doc["kernel"] == str((out / "kernel.py").resolve()) and (out / "kernel.py").is_file()
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict == doc["verdict"] and verdict["status"] == "correct"
+    assert verdict["correctness"]["seeds"][0] >= 1000  # the held-out seeds, not the ones the agent saw
+    assert doc["iterations"] == 1 and doc["llm_calls"] > 0 and doc["tokens"] > 0 and doc["cost_usd"] == 0.0
+    assert doc["replay"] is True and doc["model"] == "replay" and "replay" in doc["model_label"]
+    assert doc["session_id"]
+    # Progress went to stderr: the replay label, the sub-agents and their tool calls.
+    assert "model: replay (offline replay model" in r.stderr
+    assert "implementer -> write_file(" in r.stderr and "debugger:" in r.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_answer_is_rejudged_correct_by_evaluate(replay_run, tmp_path):
+    _, out = replay_run
+    r = mk("evaluate", "--task", "12p_RMSNorm", "--kernel", str(out / "kernel.py"), "--json",
+           env=agent_env(tmp_path / "data"), cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout)["status"] == "correct"
+
+
+def test_gemini_without_credentials_exits_2_before_any_work(tmp_path):
+    data = tmp_path / "data"
+    r = mk("optimize", "--task", "12p_RMSNorm", "--model", "gemini-2.5-flash", "--json",
+           env=agent_env(data), cwd=tmp_path, timeout=120)
+    assert r.returncode == 2
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "GOOGLE_API_KEY" in lines[0] and "--model replay" in lines[0]
+    assert not data.exists()  # no session store, workspace or artifact was created
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--mode", "hitl", "--model", "replay"], "adk web"),
+    (["--task", "no_such_task", "--model", "replay"], "unknown task"),
+    (["--task", "1p_Flash_Attention", "--model", "replay"], "recordings only for"),
+])
+def test_usage_errors_exit_2_with_one_line(tmp_path, args, needle):
+    if "--task" not in args:
+        args = ["--task", "12p_RMSNorm", *args]
+    data = tmp_path / "data"
+    r = mk("optimize", *args, env=agent_env(data), cwd=tmp_path, timeout=120)
+    assert r.returncode == 2
+    assert r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr
+    assert not data.exists()
