@@ -9,11 +9,7 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # several test process
 # References computed by the tests go to a cache of their own, never the user's.
 os.environ["MAXKERNEL_CACHE_DIR"] = os.environ.get("MAXKERNEL_TEST_CACHE_DIR") or tempfile.mkdtemp(prefix="mk-test-cache-")
 
-from pathlib import Path  # noqa: E402
-
 import pytest  # noqa: E402
-
-KERNELS = Path(__file__).parent / "harness" / "kernels"
 
 
 @pytest.fixture(scope="session")

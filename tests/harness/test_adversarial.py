@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KERNELS
-
+KERNELS = Path(__file__).parent / "kernels"
 HOSTILE = KERNELS / "hostile"
 pytestmark = pytest.mark.integration
 

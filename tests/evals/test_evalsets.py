@@ -1,0 +1,65 @@
+"""The eval sets and their config are what ADK's loaders accept, and the shipped smoke set is the built one."""
+
+import json
+
+import pytest
+from google.adk.evaluation.eval_config import get_eval_metrics_from_config, get_evaluation_criteria_or_default
+from google.adk.evaluation.eval_set import EvalSet
+from google.adk.evaluation.local_eval_sets_manager import load_eval_set_from_file
+
+import jaxbench
+from maxkernel.agentlib.replay.model import recorded_tasks
+from maxkernel.evals import evalsets, metrics
+
+
+def _texts(eval_set):
+    return {c.eval_id: c.conversation[0].user_content.parts[0].text for c in eval_set.eval_cases}
+
+
+def test_shipped_smoke_set_is_valid_for_adk_and_equals_the_built_one():
+    path = evalsets.smoke_eval_set_path()
+    strict = EvalSet.model_validate_json(path.read_text())  # the new schema itself, not ADK's old-format fallback
+    assert strict == load_eval_set_from_file(str(path), "ignored") == evalsets.named_eval_set("smoke")
+    assert strict.eval_set_id == "jaxbench_smoke" and path.name.endswith(".evalset.json")
+    assert _texts(strict) == {t: f"optimize {t} smoke" for t in ("8p_GEMM", "12p_RMSNorm")}
+    for case in strict.eval_cases:
+        assert len(case.conversation) == 1 and case.conversation[0].final_response is None
+        assert case.session_input.app_name == "auto"  # the app `adk eval maxkernel/agents/auto` runs
+
+
+def test_smoke_set_is_what_the_replay_model_can_run_offline():
+    assert sorted(evalsets.SMOKE_TASKS) == sorted(recorded_tasks())
+
+
+@pytest.mark.parametrize("name, count", [("all", 50), ("p", None), ("k", None)])
+def test_suite_sets_have_one_case_per_task(name, count, tmp_path):
+    names = jaxbench.task_names()
+    expected = [t for t in names if name == "all" or jaxbench.tier_of(t) == name]
+    assert count is None or len(expected) == count
+    built = evalsets.named_eval_set(name, "full")
+    assert [c.eval_id for c in built.eval_cases] == expected
+    assert all(text == f"optimize {t} full" for t, text in _texts(built).items())
+    path = evalsets.write_eval_set(built, tmp_path / f"{built.eval_set_id}.evalset.json")
+    assert EvalSet.model_validate_json(path.read_text()) == built
+    assert built.eval_set_id == f"jaxbench_{name}_full"
+
+
+def test_unknown_tasks_and_sets_are_refused():
+    with pytest.raises(ValueError, match="not suite tasks"):
+        evalsets.build_eval_set(["99p_Nothing"], size="smoke", eval_set_id="x")
+    with pytest.raises(ValueError, match="unknown eval set"):
+        evalsets.set_tasks("q")
+
+
+def test_config_names_the_custom_metrics_adk_can_load():
+    path = evalsets.smoke_config_path()
+    assert path.name == "test_config.json" and path.parent == evalsets.smoke_eval_set_path().parent
+    config = get_evaluation_criteria_or_default(str(path))
+    by_name = {m.metric_name: m for m in get_eval_metrics_from_config(config)}
+    for name, fn in metrics.METRICS.items():
+        assert by_name[name].custom_function_path == f"maxkernel.evals.metrics.{name}"
+        from google.adk.evaluation.custom_metric_evaluator import _get_metric_function
+
+        assert _get_metric_function(by_name[name].custom_function_path) is fn
+    assert by_name["kernel_correct"].threshold == 1.0
+    assert json.loads(path.read_text())["custom_metrics"].keys() == metrics.METRICS.keys()

@@ -1,0 +1,51 @@
+"""A search process killed with SIGKILL mid-run resumes from its folder: every finished node intact, no
+finished node produced again, and the search completes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+
+def _done(db) -> dict:
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT id, finished, source_sha, verdict FROM nodes WHERE status = 'done'").fetchall()
+    con.close()
+    return {r[0]: r[1:] for r in rows}
+
+
+def test_kill_9_then_resume_loses_and_redoes_nothing(tmp_path):
+    out = tmp_path / "search"
+    env = {**os.environ, "MAXKERNEL_MODEL": "replay", "MAXKERNEL_DATA_DIR": str(tmp_path / "data")}
+    cmd = [sys.executable, "-m", "maxkernel.search", "--task", "12p_RMSNorm", "--algorithm", "beam", "--width", "1",
+           "--branches", "2", "--depth", "2", "--max-nodes", "4", "--workers", "1", "--no-profile", "--out", str(out),
+           "--json"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    db = out / "graph.sqlite"
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and proc.poll() is None:
+        if db.is_file() and _done(db):
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, "the search ended before it could be killed"
+    assert _done(db), "no node finished in time"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = _done(db)
+
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    result = json.loads(again.stdout)
+    after = _done(db)
+    assert {k: after[k] for k in before} == before  # same finish time and kernel: not redone
+    assert len(after) == 4 and result["status"] == "correct" and result["nodes"] == 4
+    assert "resuming" in again.stderr or len(before) == 1
