@@ -135,7 +135,7 @@ def cmd_compile(args) -> int:
     task, kernel = _task(args.task), _kernel(args.kernel)
     _size(task, args.size)
     _progress(f"compiling {kernel} for {args.chip} ({args.size} shapes) in a sandbox")
-    r = compile_pallas(str(task.path), str(kernel), _chip(args.chip), args.size)
+    r = compile_pallas(args.task, str(kernel), _chip(args.chip), args.size)
     _emit(args, r.model_dump(), r.summary + (f"\n{r.error}" if r.error else ""))
     return 0
 
@@ -146,7 +146,7 @@ def cmd_test(args) -> int:
     task, kernel = _task(args.task), _kernel(args.kernel)
     _size(task, args.size)
     _progress(f"testing {kernel} on {task.name} ({args.size}) under the strict interpreter in a sandbox")
-    r = run_tests(str(task.path), str(kernel), args.size, seeds=args.seeds, timeout=args.timeout)
+    r = run_tests(args.task, str(kernel), args.size, seeds=args.seeds, timeout=args.timeout)
     _emit(args, r.model_dump(), r.summary)
     return 0
 
@@ -157,7 +157,7 @@ def cmd_profile(args) -> int:
     task, kernel = _task(args.task), _kernel(args.kernel)
     _size(task, args.size)
     _progress(f"profiling {kernel} against the {task.name} baseline ({args.size}) in a sandbox")
-    r = xprof_capture(str(task.path), str(kernel), args.size, out_dir=args.out, chip=args.chip)
+    r = xprof_capture(args.task, str(kernel), args.size, out_dir=args.out, chip=args.chip)
     lines = [r.summary]
     lines += [f"  {o.name:<48} {o.time_ms:>10.3f} ms  x{o.count:g}  {o.share:.0%}" for o in r.ops[:10]]
     if r.trace:
@@ -172,7 +172,7 @@ def cmd_autotune(args) -> int:
     task, kernel = _task(args.task), _kernel(args.kernel)
     _size(task, args.size)
     _progress(f"autotuning {kernel} ({args.chip} pruning, timing at {args.size}); this runs many sandboxed jobs")
-    r = autotune(str(task.path), str(kernel), chip=_chip(args.chip), size=args.size, max_configs=args.max_configs,
+    r = autotune(args.task, str(kernel), chip=_chip(args.chip), size=args.size, max_configs=args.max_configs,
                  time_budget_s=args.time_budget)
     lines = [r.summary] + [f"  {t.outcome:<9} {t.config}  {'' if t.median_ms is None else f'{t.median_ms:.3f} ms'}"
                            for t in r.tried]

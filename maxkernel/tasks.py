@@ -100,6 +100,14 @@ class Task:
         except Exception:
             return None
 
+    def for_job(self) -> tuple[str, dict[str, Path]]:
+        """(spec, files) to hand this task to a sandboxed job: suite tasks by name; other folders are copied
+        into the job's scratch folder (the sandbox may not see where they live, e.g. under /tmp)."""
+        if self.source == "jaxbench":
+            return self.name, {}
+        files = {f"task/{p.name}": p for p in sorted(self.path.iterdir()) if p.is_file() and p.suffix in (".py", ".json")}
+        return "task", files
+
     def tolerance(self, dtype_name: str) -> float:
         """The task's fixed error bound for outputs of `dtype_name`."""
         own = getattr(self.module, "TOLERANCE", {}) or {}

@@ -51,7 +51,8 @@ class Evaluator:
         folder = self.settings.cache_dir / "refs" / f"{task.name}-{task.digest}-{size}-v{_REF_FORMAT}"
         missing = [s for s in seeds if not (folder / f"ref_{s}.npz").is_file()]
         if missing:
-            res = self.pool.run({"kind": "reference", "task": str(task.path), "size": size, "seeds": missing})
+            spec, task_files = task.for_job()
+            res = self.pool.run({"kind": "reference", "task": spec, "size": size, "seeds": missing}, task_files)
             try:
                 if res.status != "ok" or (res.result or {}).get("status") != "ok":
                     detail = (res.result or {}).get("error") or res.stderr_tail[-1500:]
@@ -84,9 +85,10 @@ class Evaluator:
         meta, ref_dir = self.references(task, size, seeds)
         base = dict(task=task.name, kernel_file=str(kernel), size=size, isolation=self.pool_isolation())
 
-        files: dict = {"kernel.py": kernel.read_bytes()}
+        spec, task_files = task.for_job()
+        files: dict = {"kernel.py": kernel.read_bytes(), **task_files}
         files.update({f"inputs_{s}.npz": ref_dir / f"inputs_{s}.npz" for s in seeds})
-        job = {"kind": "candidate", "task": str(task.path), "seeds": seeds, "kernel": "kernel.py",
+        job = {"kind": "candidate", "task": spec, "seeds": seeds, "kernel": "kernel.py",
                "tunables": tunables or {}, "reps": 5 if reps is None else reps, "time_budget_s": 2.0,
                "detect_races": detect_races}
         res = self.pool.run(job, files, timeout or self.settings.eval_timeout_s)

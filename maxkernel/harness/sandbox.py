@@ -82,6 +82,22 @@ def _child_env(scratch: Path) -> dict:
     return env
 
 
+def _code_roots() -> list[Path]:
+    """Folders under /tmp that hold importable code (sys.path entries, this package): they must stay visible."""
+    import maxkernel
+
+    tmp = Path("/tmp")
+    found = {Path(p).resolve() for p in sys.path if p and Path(p).is_dir()}
+    found.add(Path(maxkernel.__file__).resolve().parent.parent)
+    try:
+        import jaxbench
+
+        found.add(Path(jaxbench.__file__).resolve().parent.parent)
+    except ImportError:
+        pass
+    return sorted(p for p in found if tmp in p.parents and p.parent != tmp / "pytest-of-root")
+
+
 def _accelerator_nodes() -> list[str]:
     return sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/accel*") + glob.glob("/dev/vfio"))
 
@@ -92,6 +108,9 @@ def _bwrap_prefix(scratch: Path) -> list[str]:
             "--unshare-all", "--die-with-parent", "--new-session"]
     for node in _accelerator_nodes():
         args += ["--dev-bind", node, node]
+    # /tmp is hidden, but the code the worker imports may live there (a checkout under /tmp): show it read-only.
+    for root in _code_roots():
+        args += ["--ro-bind", str(root), str(root)]
     home = Path.home()
     # Every place maxkernel keeps references or sessions (configured and default), so a candidate cannot
     # read a cached reference output left by an earlier run with other settings.
@@ -245,6 +264,7 @@ class WorkerPool:
         worker = self.acquire()
         for name, content in (files or {}).items():
             dest = worker.scratch / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
             if isinstance(content, Path):
                 shutil.copyfile(content, dest)
             else:

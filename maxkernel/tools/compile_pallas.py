@@ -69,10 +69,13 @@ def compile_many(task: str, kernel: str, chip_names: list[str], configs: list[di
 
     configs = configs or [{}]
     wanted = [(cfg, c) for cfg in configs for c in chip_names]
-    job = {"kind": "compile_many", "task": task, "kernel": "kernel.py", "chips": list(chip_names),
+    from maxkernel.tasks import load_task
+
+    spec, task_files = load_task(task).for_job()
+    job = {"kind": "compile_many", "task": spec, "kernel": "kernel.py", "chips": list(chip_names),
            "configs": configs, "size": size}
     budget = timeout or min(get_settings().eval_timeout_s, 60.0 + 30.0 * len(wanted))
-    res = shared_evaluator().pool.run(job, {"kernel.py": Path(kernel).read_bytes()}, budget)
+    res = shared_evaluator().pool.run(job, {"kernel.py": Path(kernel).read_bytes(), **task_files}, budget)
     try:
         done = []
         progress = res.scratch / PROGRESS_FILE if res.scratch else None

@@ -98,10 +98,11 @@ def xprof_capture(task: str, kernel: str, size: str = "smoke", out_dir: str | No
         return ProfileResult(ok=False, stage="input", error=f"kernel file not found: {kernel}",
                              summary=f"Not profiled: kernel file not found: {kernel}")
 
-    job = {"kind": "profile", "task": str(spec.path), "size": size, "seed": seed, "kernel": "kernel.py",
+    task_spec, task_files = spec.for_job()
+    job = {"kind": "profile", "task": task_spec, "size": size, "seed": seed, "kernel": "kernel.py",
            "tunables": {}, "trace_dir": "trace"}
     with WorkerPool(size=0) as pool:
-        res = pool.run(job, {"kernel.py": path.read_bytes()}, timeout or get_settings().eval_timeout_s)
+        res = pool.run(job, {"kernel.py": path.read_bytes(), **task_files}, timeout or get_settings().eval_timeout_s)
         try:
             r = res.result or {}
             if res.status != "ok" or r.get("status") != "ok":
