@@ -268,6 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_autotune)
 
+    from maxkernel.search.cli_commands import add_search_parser
+
+    add_search_parser(sub)
+
     o = sub.add_parser("optimize", help="run the autonomous agent on one task (HITL runs in adk web)")
     o.add_argument("--task", required=True)
     o.add_argument("--mode", default="auto", choices=["auto", "hitl"])

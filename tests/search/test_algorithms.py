@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _fakes import FakeExecutor, FakeProducer
 
 from maxkernel.search.algorithms import Beam, Evolve
 from maxkernel.search.controller import Controller, run_search
 from maxkernel.search.graph import Graph
-
-from _fakes import FakeExecutor, FakeProducer
 
 SHAPES = {
     "parallel": ({"parallel": {"runs": 2, "depth": 3}}, 6),
@@ -43,7 +42,7 @@ def test_algorithm_returns_its_best_correct_kernel(tmp_path, config, algorithm):
 
 @pytest.mark.parametrize("algorithm", sorted(SHAPES))
 def test_same_seed_same_graph_other_seed_other_choices(tmp_path, config, algorithm):
-    shape = lambda d: [(n.gen, n.parent, n.strategy, n.island) for n in Graph(d).nodes()]  # noqa: E731
+    shape = lambda d: [(n.gen, n.parent, n.strategy, n.island) for n in Graph(d).nodes()]
     _run(tmp_path / "a", config, algorithm, seed=3)
     _run(tmp_path / "b", config, algorithm, seed=3)
     _run(tmp_path / "c", config, algorithm, seed=4)

@@ -8,7 +8,13 @@ import pytest
 
 from maxkernel.search.config import ConfigMismatch, SearchConfig
 from maxkernel.search.graph import Graph, Proposal
-from maxkernel.search.strategies import FIRST_VERSION, LIBRARY, PROFILER, StrategySampler, by_name
+from maxkernel.search.strategies import (
+    FIRST_VERSION,
+    LIBRARY,
+    PROFILER,
+    StrategySampler,
+    by_name,
+)
 from maxkernel.settings import get_settings
 
 

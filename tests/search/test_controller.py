@@ -26,7 +26,7 @@ def _finished(folder):
     ({"max_nodes": 5}, "node budget (5) used"),
     ({"max_tokens": 250, "workers": 1}, "token budget (250) used"),
     ({"max_cost_usd": 0.02, "workers": 1}, "cost budget ($0.02) used"),
-    ({"max_wall_s": 0.5, "workers": 1}, "wall-time budget (0 s) used"),
+    ({"max_wall_s": 0.5, "workers": 1}, "wall-time budget (0.5 s) used"),
 ])
 def test_budgets_stop_the_search_and_a_larger_budget_resumes_it(tmp_path, config, limit, expect):
     producer = FakeProducer(delay=0.3 if "max_wall_s" in limit else 0.0)

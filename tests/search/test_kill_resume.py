@@ -18,8 +18,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 def _done(db) -> dict:
     con = sqlite3.connect(db)
-    rows = con.execute("SELECT id, finished, source_sha, verdict FROM nodes WHERE status = 'done'").fetchall()
-    con.close()
+    try:
+        rows = con.execute("SELECT id, finished, source_sha, verdict FROM nodes WHERE status = 'done'").fetchall()
+    except sqlite3.OperationalError:  # the search is still creating its schema
+        rows = []
+    finally:
+        con.close()
     return {r[0]: r[1:] for r in rows}
 
 
@@ -41,6 +45,9 @@ def test_kill_9_then_resume_loses_and_redoes_nothing(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     before = _done(db)
+    con = sqlite3.connect(db)
+    in_flight = [r[0] for r in con.execute("SELECT id FROM nodes WHERE status = 'running'")]
+    con.close()
 
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -48,4 +55,5 @@ def test_kill_9_then_resume_loses_and_redoes_nothing(tmp_path):
     after = _done(db)
     assert {k: after[k] for k in before} == before  # same finish time and kernel: not redone
     assert len(after) == 4 and result["status"] == "correct" and result["nodes"] == 4
-    assert "resuming" in again.stderr or len(before) == 1
+    if in_flight:  # the node killed mid-way was put back to pending and built again
+        assert f"resuming: nodes {in_flight}" in again.stderr

@@ -4,7 +4,7 @@ with a scripted model that decides from the person's last message."""
 from __future__ import annotations
 
 import re
-from typing import AsyncGenerator
+from collections.abc import AsyncGenerator
 
 from _fakes import FakeExecutor, FakeProducer
 from google.adk import Runner
