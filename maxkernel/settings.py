@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _DATA = Path.home() / ".local" / "share" / "maxkernel"
@@ -14,7 +14,7 @@ __all__ = ["Settings", "get_settings"]
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="MAXKERNEL_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="MAXKERNEL_", env_file=".env", extra="ignore", env_ignore_empty=True)
 
     # Harness
     cache_dir: Path = Field(default=Path.home() / ".cache" / "maxkernel",
@@ -51,6 +51,12 @@ class Settings(BaseSettings):
     max_cost_usd: float | None = Field(default=None)
     max_wall_s: float | None = Field(default=None)
     chip: str = Field(default="v5e", description="Target chip for compile checks, roofline and tuning.")
+
+
+    @field_validator("cache_dir", "data_dir", mode="after")
+    @classmethod
+    def _expand(cls, v: Path) -> Path:
+        return v.expanduser()
 
 
 @lru_cache(maxsize=1)
