@@ -222,6 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench_run)
 
+    from maxkernel.evals import cli_commands as evals_cli
+
+    evals_cli.configure_bench_agent(bench.add_parser("agent", help="run the agent over many tasks, resumable; fast_p summary"))
+    evals_cli.configure_bench_evalset(bench.add_parser("evalset", help="write an ADK eval set over the suite"))
+
     e = sub.add_parser("evaluate", help="the trusted verdict on a kernel: sandboxed, multi-seed, integrity-checked")
     e.add_argument("--task", required=True)
     e.add_argument("--kernel", required=True)
@@ -283,6 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--session-id", default=None, help="resume this session (created with this id if absent)")
     o.add_argument("--json", action="store_true")
     o.set_defaults(func=cmd_optimize)
+
+    evals_cli.configure_report(sub.add_parser("report", help="render bench agent results as Markdown/HTML with plots"))
     return p
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -202,16 +203,18 @@ def _roofline_flags(backend: str, meta: dict, kernel: Timing | None) -> list[str
 
 
 _SHARED: Evaluator | None = None
+_SHARED_LOCK = threading.Lock()
 
 
 def shared_evaluator() -> Evaluator:
     """A process-wide evaluator whose pool keeps workers pre-started for tools called many times."""
     global _SHARED
-    if _SHARED is None:
-        import atexit
+    with _SHARED_LOCK:
+        if _SHARED is None:
+            import atexit
 
-        _SHARED = Evaluator(WorkerPool())
-        atexit.register(_SHARED.pool.close)
+            _SHARED = Evaluator(WorkerPool())
+            atexit.register(_SHARED.pool.close)
     return _SHARED
 
 

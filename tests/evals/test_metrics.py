@@ -90,7 +90,7 @@ async def test_a_kernel_writing_zeros_fails_every_metric(workspace):
     assert j.failure in ("incorrect", "rejected") and j.speedup is None
 
 
-async def test_an_answer_naming_a_file_outside_the_workspaces_earns_nothing(workspace):
+async def test_an_answer_naming_a_file_outside_the_data_folder_earns_nothing(workspace):
     shipped = load_task("12p_RMSNorm").reference_kernel  # correct, but not the agent's work
     s = await scores(invocations("optimize 12p_RMSNorm smoke", answer(shipped)))
     assert s["kernel_correct"] == (0.0, EvalStatus.FAILED)

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 
@@ -71,7 +72,7 @@ def test_report_has_the_fast_p_table_plots_and_the_cpu_warning(tmp_path):
         assert section in md
     assert len(doc["plots"]) == 2
     for png in doc["plots"]:
-        data = open(png, "rb").read()
+        data = Path(png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
         name = png.rsplit("/", 1)[1]
         assert f"]({name})" in md and f'src="{name}"' in html

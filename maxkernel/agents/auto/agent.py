@@ -3,3 +3,4 @@
 from maxkernel.agentlib import build_app
 
 app = build_app("auto")
+root_agent = app.root_agent  # for AgentEvaluator, which loads root_agent

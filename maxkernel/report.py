@@ -1,0 +1,266 @@
+"""`maxkernel report DIR`: a bench-agent results folder as Markdown and HTML with PNG plots, the field's way."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+
+from maxkernel.bench_agent import load_records
+from maxkernel.evals.stats import FAST_P, fast_key, summarize
+
+__all__ = ["ReportError", "render_report", "CPU_WARNING"]
+
+CPU_WARNING = ("These results were measured on a CPU. Kernel times are wall times of the Pallas TPU interpreter "
+               "and baseline times are XLA:CPU: every speedup, fast_p value and roofline fraction below says "
+               "nothing about TPU kernel performance. Only correctness carries over.")
+REPLAY_WARNING = ("Model: the offline replay model (recorded model turns, real tools and harness verdicts). "
+                  "LLM calls and tokens are the recording's; its cost is zero by construction.")
+
+
+class ReportError(ValueError):
+    """The folder holds no task records."""
+
+
+# -- formatting ------------------------------------------------------------------------------------------------
+def _x(v, digits: int = 3) -> str:
+    return "—" if v is None else f"{v:.{digits}g}x"
+
+
+def _num(v, digits: int = 3) -> str:
+    if v is None:
+        return "—"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.{digits}g}"
+
+
+def _usd(v) -> str:
+    return "unknown" if v is None else f"${v:,.4f}"
+
+
+def _share(group: dict, p: float) -> str:
+    v = group[fast_key(p)]
+    return "—" if v is None else f"{v:.0%} ({round(v * group['tasks'])}/{group['tasks']})"
+
+
+def _result(r: dict) -> str:
+    return "correct" if r.get("correct") else (r.get("failure") or "failed")
+
+
+def _speed(r: dict) -> str:
+    if r.get("speedup") is None:
+        return "—"
+    lo, hi = r.get("speedup_low"), r.get("speedup_high")
+    return _x(r["speedup"]) + (f" [{lo:.3g}–{hi:.3g}]" if lo is not None and hi is not None else "")
+
+
+# -- plots -----------------------------------------------------------------------------------------------------
+def _plots(records: list[dict], summary: dict, folder: Path, stem: str) -> list[tuple[Path, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a display
+    import matplotlib.pyplot as plt
+
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter
+
+    suffix = "\nCPU: Pallas interpreter vs XLA:CPU wall time, not TPU performance" if summary["cpu_timing"] else ""
+    colors = {"p": "#1f77b4", "k": "#ff7f0e"}
+    times = FuncFormatter(lambda v, _pos: f"{v:g}x")
+    # Minor ticks labelled only at 2 and 5 of each decade, so a log axis stays readable.
+    some = FuncFormatter(lambda v, _pos: f"{v:g}x" if v > 0 and round(v / 10 ** math.floor(math.log10(v))) in (2, 5)
+                         else "")
+    legend = [Line2D([], [], color=c, marker="s", linestyle="", label=f"tier {t}") for t, c in colors.items()
+              if any(r.get("tier") == t for r in records)]
+    legend += [Line2D([], [], color="#d62728", marker="x", linestyle="", label="no correct kernel"),
+               Line2D([], [], color="black", linestyle="--", label="XLA baseline (1x)")]
+    names = [r["task"] for r in records]
+    ok = [r for r in records if r.get("correct") and r.get("speedup")]
+    low = min([r["speedup"] for r in ok] + [1.0]) / 4
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(records) + 2), 4.5))
+    for i, r in enumerate(records):
+        if r.get("correct") and r.get("speedup"):
+            s = r["speedup"]
+            err = [[s - (r.get("speedup_low") or s)], [(r.get("speedup_high") or s) - s]]
+            ax.bar(i, s, color=colors.get(r.get("tier"), "#7f7f7f"), yerr=err, capsize=3)
+        else:
+            ax.plot(i, low, marker="x", color="#d62728", markersize=9)
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(times)
+    ax.yaxis.set_minor_formatter(some)
+    ax.tick_params(axis="y", which="minor", labelsize=7)
+    ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=8)
+    ax.set_ylabel("speedup vs XLA (log scale)")
+    ax.set_title("Speedup per task (bars: quartile spread)" + suffix, fontsize=9)
+    ax.legend(handles=legend, fontsize=8)
+    fig.tight_layout()
+    speed_png = folder / f"{stem}_speedup_per_task.png"
+    fig.savefig(speed_png, dpi=110)
+    plt.close(fig)
+
+    priced = all(r.get("cost_usd") is not None for r in records) and any(r.get("cost_usd") for r in records)
+    key, label = ("cost_usd", "cost per task (USD)") if priced else ("tokens", "tokens per task (no priced cost)")
+    fig, ax = plt.subplots(figsize=(6.0, 4.5))
+    for r in records:
+        x = r.get(key)
+        if x is None:
+            continue
+        y = r["speedup"] if r.get("correct") and r.get("speedup") else low
+        ax.scatter(x, y, color=colors.get(r.get("tier"), "#7f7f7f") if y != low else "#d62728",
+                   marker="o" if y != low else "x")
+        ax.annotate(r["task"], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(times)
+    ax.yaxis.set_minor_formatter(some)
+    ax.tick_params(axis="y", which="minor", labelsize=7)
+    ax.set_xlabel(label)
+    ax.set_ylabel("speedup vs XLA (log scale)")
+    ax.set_title("Cost vs speedup" + suffix, fontsize=9)
+    ax.legend(handles=legend, fontsize=8)
+    fig.tight_layout()
+    cost_png = folder / f"{stem}_cost_vs_speedup.png"
+    fig.savefig(cost_png, dpi=110)
+    plt.close(fig)
+    return [(speed_png, "Speedup per task"), (cost_png, "Cost vs speedup")]
+
+
+# -- the document ------------------------------------------------------------------------------------------------
+def _blocks(records: list[dict], summary: dict, meta: dict, plots: list[tuple[Path, str]]) -> list[tuple]:
+    tiers = sorted(summary["by_tier"], key=lambda t: ("pk".find(t) % 3, t))  # p, then k, then anything else
+    groups = [(t, summary["by_tier"][t]) for t in tiers] + [("all", summary)]
+    models = sorted({str(r.get("model")) for r in records if r.get("model")}) or [str(meta.get("model"))]
+    chips = sorted({r.get("chip") for r in records if r.get("chip")})
+    b: list[tuple] = [("h1", "maxkernel agent benchmark")]
+    if summary["cpu_timing"]:
+        b.append(("warn", CPU_WARNING))
+    if any(r.get("replay") for r in records):
+        b.append(("warn", REPLAY_WARNING))
+    b.append(("p", f"{len(records)} tasks; mode {meta.get('mode') or records[0].get('mode')}; model "
+                   f"{', '.join(models)}; size {records[0].get('size')}; backend {', '.join(summary['backends']) or '—'}"
+                   f"{'; roofline chip ' + ', '.join(chips) if chips else ''}. Verdicts are the trusted harness's on "
+                   f"held-out seeds the agent never saw ({records[0].get('seeds') or 'see records'})."))
+
+    b.append(("h2", "fast_p: correct and faster than XLA by more than p"))
+    b.append(("table", ["tier", "tasks", "correct", *[fast_key(p) for p in FAST_P]],
+              [[t, str(g["tasks"]), str(g["correct"]), *[_share(g, p) for p in FAST_P]] for t, g in groups]))
+
+    b.append(("h2", "Speedup over the XLA baseline (correct kernels)"))
+    b.append(("table", ["tier", "geomean", "median", "IQR", "min–max", "geomean vs reference kernel",
+                        "median roofline fraction"],
+              [[t, _x(g["geomean_speedup"]), _x(g["median_speedup"]),
+                "—" if g["speedup_q1"] is None else f"{g['speedup_q1']:.3g}–{g['speedup_q3']:.3g}x",
+                "—" if g["speedup_min"] is None else f"{g['speedup_min']:.3g}–{g['speedup_max']:.3g}x",
+                _x(g["geomean_speedup_vs_reference"]) + (f" (n={g['with_reference']})" if g["with_reference"] else ""),
+                _num(g["median_roofline_fraction"])] for t, g in groups]))
+    b.append(("p", "Per-task spread: speedups are medians of interleaved runs; brackets in the task table give "
+                   "baseline q1 / kernel q3 to baseline q3 / kernel q1. Differences inside the spread are none."))
+
+    b.append(("h2", "Failures"))
+    fail_rows = [[f, str(n), ", ".join(r["task"] for r in records if r.get("failure") == f)]
+                 for f, n in summary["failures"].items() if n]
+    b.append(("table", ["category", "tasks", "which"], fail_rows or [["none", "0", ""]]))
+
+    b.append(("h2", "Cost"))
+    s = summary
+    b.append(("table", ["", "LLM calls", "tokens", "cost", "wall time (s)"],
+              [["total", _num(s["llm_calls"]), _num(s["tokens"]), _usd(s["cost_usd"]), _num(s["wall_s"])],
+               ["per task", _num(s["llm_calls_per_task"]), _num(s["tokens_per_task"]), _usd(s["cost_usd_per_task"]),
+                _num(s["wall_s_per_task"])],
+               [f"per correct-and-faster kernel ({s['fast_kernels']})", _num(s["llm_calls_per_fast_kernel"]),
+                _num(s["tokens_per_fast_kernel"]),
+                _usd(s["cost_usd_per_fast_kernel"]) if s["fast_kernels"] else "—",  # none to divide by
+                _num(s["wall_s_per_fast_kernel"])]]))
+
+    b.append(("h2", "Plots"))
+    for path, alt in plots:
+        b.append(("img", path.name, alt))
+
+    b.append(("h2", "Tasks"))
+    b.append(("table", ["task", "tier", "result", "speedup [spread]", "vs reference", "roofline", "iterations",
+                        "LLM calls", "tokens", "cost", "wall (s)"],
+              [[r["task"], r.get("tier", ""), _result(r), _speed(r), _x(r.get("speedup_vs_reference")),
+                _num(r.get("roofline_fraction")), _num(r.get("iterations")), _num(r.get("llm_calls")),
+                _num(r.get("tokens")), _usd(r.get("cost_usd")), _num(r.get("wall_s"))] for r in records]))
+    reasons = [(r["task"], r.get("reason", "")) for r in records if not r.get("correct")]
+    if reasons:
+        b.append(("h2", "Why tasks failed"))
+        b.append(("table", ["task", "reason"], [[t, (why or "").splitlines()[0][:300] if why else ""]
+                                                for t, why in reasons]))
+    return b
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _markdown(blocks: list[tuple]) -> str:
+    out = []
+    for kind, *rest in blocks:
+        if kind == "h1":
+            out.append(f"# {rest[0]}")
+        elif kind == "h2":
+            out.append(f"## {rest[0]}")
+        elif kind == "p":
+            out.append(rest[0])
+        elif kind == "warn":
+            out.append(f"> **Warning:** {rest[0]}")
+        elif kind == "img":
+            out.append(f"![{rest[1]}]({rest[0]})")
+        elif kind == "table":
+            head, rows = rest
+            out.append("\n".join(["| " + " | ".join(map(_cell, head)) + " |", "|" + "---|" * len(head),
+                                  *["| " + " | ".join(map(_cell, row)) + " |" for row in rows]]))
+    return "\n\n".join(out) + "\n"
+
+
+def _html(blocks: list[tuple]) -> str:
+    e = html.escape
+    body = []
+    for kind, *rest in blocks:
+        if kind in ("h1", "h2"):
+            body.append(f"<{kind}>{e(rest[0])}</{kind}>")
+        elif kind == "p":
+            body.append(f"<p>{e(rest[0])}</p>")
+        elif kind == "warn":
+            body.append(f'<p class="warn"><strong>Warning:</strong> {e(rest[0])}</p>')
+        elif kind == "img":
+            body.append(f'<figure><img src="{e(rest[0])}" alt="{e(rest[1])}"><figcaption>{e(rest[1])}</figcaption></figure>')
+        elif kind == "table":
+            head, rows = rest
+            body.append("<table><thead><tr>" + "".join(f"<th>{e(str(h))}</th>" for h in head) + "</tr></thead><tbody>"
+                        + "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+                        + "</tbody></table>")
+    style = ("body{font-family:sans-serif;max-width:75em;margin:2em auto;padding:0 1em}"
+             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.25em .6em;"
+             "text-align:left}.warn{background:#fff3cd;border:2px solid #d39e00;padding:.8em;font-size:1.1em}"
+             "img{max-width:100%}")
+    return (f'<!doctype html>\n<html><head><meta charset="utf-8"><title>maxkernel agent benchmark</title>'
+            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def render_report(results_dir: str | Path, out_file: str | Path | None = None) -> dict:
+    """Write the report for a `bench agent` folder: Markdown and HTML side by side, plots beside them.
+
+    `out_file` names the Markdown (or, ending in .html, the HTML) file; default DIR/report.md.
+    Returns the paths written and the summary the report states.
+    """
+    folder = Path(results_dir)
+    records = load_records(folder)
+    if not records:
+        raise ReportError(f"no finished task records under {folder / 'records'} (run `maxkernel bench agent` first)")
+    meta_file = folder / "meta.json"
+    meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+    target = Path(out_file) if out_file else folder / "report.md"
+    md_path = target.with_suffix(".md") if target.suffix == ".html" else target
+    html_path = target if target.suffix == ".html" else target.with_suffix(".html")
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    summary = summarize(records)
+    plots = _plots(records, summary, md_path.parent, md_path.stem)
+    blocks = _blocks(records, summary, meta, plots)
+    md_path.write_text(_markdown(blocks), encoding="utf-8")
+    html_path.write_text(_html(blocks), encoding="utf-8")
+    return {"markdown": str(md_path), "html": str(html_path), "plots": [str(p) for p, _ in plots],
+            "summary": summary, "cpu_timing": summary["cpu_timing"]}
