@@ -43,17 +43,28 @@ def main() -> int:
             times.append(time.perf_counter() - t0)
         rows[chip] = {"ok": r["ok"], "cold_s": round(times[0], 3), "warm_s": round(min(times[1:]), 3),
                       "compiler_s": round(r["compile_s"], 3), "vmem_mib": round((r["vmem_bytes"] or 0) / 2**20, 2)}
-    t0 = time.perf_counter()
-    sandboxed = compile_pallas("8p_GEMM", str(KERNEL), "v5e")
+    # End to end through the sandbox, on pre-started workers that already loaded libtpu (the compile pool).
+    from maxkernel.tools.compile_pallas import compile_pool
+
+    compile_pool()
+    calls, compiles, ok = [], [], True
+    for _ in range(3):
+        time.sleep(15)  # let the pool's replacement worker finish its warm-up
+        t0 = time.perf_counter()
+        sandboxed = compile_pallas("8p_GEMM", str(KERNEL), "v5e")
+        calls.append(time.perf_counter() - t0)
+        compiles.append(sandboxed.compile_s or 0.0)
+        ok = ok and sandboxed.ok
     report = {"kernel": "jaxbench/8p_GEMM/kernel.py (full size)", "in_process": rows,
-              "sandboxed_call_s": round(time.perf_counter() - t0, 3), "sandboxed_ok": sandboxed.ok,
-              "load_average": os.getloadavg()[0]}
+              "sandboxed_call_s": round(sorted(calls)[1], 3), "sandboxed_compiler_s": round(sorted(compiles)[1], 3),
+              "sandboxed_ok": ok, "load_average": os.getloadavg()[0]}
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         for chip, r in rows.items():
             print(f"{chip:>4}: cold {r['cold_s']:.3f} s, warm {r['warm_s']:.3f} s, VMEM {r['vmem_mib']} MiB, ok={r['ok']}")
-        print(f"one sandboxed compile_pallas call (cold worker): {report['sandboxed_call_s']:.3f} s")
+        print(f"sandboxed compile_pallas call (pre-started worker, median of 3): {report['sandboxed_call_s']:.3f} s "
+              f"of which the compiler {report['sandboxed_compiler_s']:.3f} s (default blocks)")
         print(f"load average during the run: {report['load_average']:.2f}")
     return 0 if all(r["ok"] for r in rows.values()) else 1
 

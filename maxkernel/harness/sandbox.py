@@ -146,12 +146,14 @@ class Worker:
     started: float = field(default_factory=time.monotonic)
 
     @classmethod
-    def start(cls, root: Path, memory_mb: int | None = None) -> "Worker":
+    def start(cls, root: Path, memory_mb: int | None = None, warm_compiler: str | None = None) -> "Worker":
         memory_mb = memory_mb or get_settings().eval_memory_mb
         scratch = Path(tempfile.mkdtemp(prefix="w-", dir=root))
         log = scratch.with_suffix(".log")  # beside the scratch folder, outside the candidate's view
         mode = isolation_mode()
         cmd = [sys.executable, "-P", "-m", "maxkernel.harness.worker", str(scratch)]
+        if warm_compiler:
+            cmd.append(f"--warm-compiler={warm_compiler}")
         if mode == "bwrap":
             cmd = _bwrap_prefix(scratch) + cmd
         prlimit = shutil.which("prlimit")
@@ -232,9 +234,10 @@ class WorkerPool:
     Each worker runs exactly one job and is then killed: no process is reused across candidates.
     """
 
-    def __init__(self, size: int | None = None, memory_mb: int | None = None):
+    def __init__(self, size: int | None = None, memory_mb: int | None = None, warm_compiler: str | None = None):
         self.size = get_settings().pool_size if size is None else size
         self.memory_mb = memory_mb
+        self.warm_compiler = warm_compiler  # a chip: pre-started workers load libtpu and compile once for it
         self.root = Path(tempfile.mkdtemp(prefix="maxkernel-sandbox-"))
         self._ready: list[Worker] = []
         self._lock = threading.Lock()
@@ -244,7 +247,7 @@ class WorkerPool:
     def _fill(self) -> None:
         with self._lock:
             while not self._closed and len(self._ready) < self.size:
-                self._ready.append(Worker.start(self.root, self.memory_mb))
+                self._ready.append(Worker.start(self.root, self.memory_mb, self.warm_compiler))
 
     def acquire(self) -> Worker:
         with self._lock:
@@ -255,7 +258,7 @@ class WorkerPool:
             self._ready = alive
             worker = self._ready.pop(0) if self._ready else None
         if worker is None:
-            worker = Worker.start(self.root, self.memory_mb)
+            worker = Worker.start(self.root, self.memory_mb, self.warm_compiler)
         self._fill()
         return worker
 

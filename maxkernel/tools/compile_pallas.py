@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from maxkernel import chips
-from maxkernel.harness.evaluate import shared_evaluator
+from maxkernel.harness.sandbox import WorkerPool
 from maxkernel.settings import get_settings
 
-__all__ = ["CompileResult", "compile_pallas", "compile_many", "TPU_CHIPS"]
+__all__ = ["CompileResult", "compile_pallas", "compile_many", "compile_pool", "TPU_CHIPS"]
 
 TPU_CHIPS = ("v4", "v5e", "v5p", "v6e", "7x")
 
@@ -58,6 +59,22 @@ def _result(raw: dict, size: str) -> CompileResult:
                          config=raw.get("config") or {})
 
 
+_POOL: WorkerPool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def compile_pool() -> WorkerPool:
+    """Process-wide pool whose pre-started workers have libtpu loaded and one compile done for the chip."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            import atexit
+
+            _POOL = WorkerPool(warm_compiler=get_settings().chip)
+            atexit.register(_POOL.close)
+    return _POOL
+
+
 def compile_many(task: str, kernel: str, chip_names: list[str], configs: list[dict] | None = None,
                  size: str = "full", timeout: float | None = None) -> list[CompileResult]:
     """Compile one kernel for each chip × tunable configuration, in one sandboxed process.
@@ -75,7 +92,7 @@ def compile_many(task: str, kernel: str, chip_names: list[str], configs: list[di
     job = {"kind": "compile_many", "task": spec, "kernel": "kernel.py", "chips": list(chip_names),
            "configs": configs, "size": size}
     budget = timeout or min(get_settings().eval_timeout_s, 60.0 + 30.0 * len(wanted))
-    res = shared_evaluator().pool.run(job, {"kernel.py": Path(kernel).read_bytes(), **task_files}, budget)
+    res = compile_pool().run(job, {"kernel.py": Path(kernel).read_bytes(), **task_files}, budget)
     try:
         done = []
         progress = res.scratch / PROGRESS_FILE if res.scratch else None
