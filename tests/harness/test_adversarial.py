@@ -29,6 +29,7 @@ def _judge(evaluator, name, kernel, **kw):
     ("steal_reference.py", "incorrect", "exceeds tolerance"),
     ("hardcoded.py", "rejected", "not computed from the inputs"),
     ("clock_tamper.py", "rejected", "perf_counter"),
+    ("no_wait.py", "rejected", "block_until_ready"),
     ("crash.py", "error", "died without a result"),
     ("exit_early.py", "error", "died without a result"),
     ("forge_result.py", "incorrect", "0 outputs, expected 1"),
