@@ -51,6 +51,8 @@ class Evaluator:
         """(meta, folder) for the task's references at `size`; computed in a sandbox once, then cached."""
         folder = self.settings.cache_dir / "refs" / f"{task.name}-{task.digest}-{size}-v{_REF_FORMAT}"
         missing = [s for s in seeds if not (folder / f"ref_{s}.npz").is_file()]
+        if not (folder / "meta.json").is_file():  # a run interrupted before meta.json: redo every seed asked
+            missing = list(seeds)
         if missing:
             spec, task_files = task.for_job()
             res = self.pool.run({"kind": "reference", "task": spec, "size": size, "seeds": missing}, task_files)
