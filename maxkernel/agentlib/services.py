@@ -3,6 +3,7 @@ Engine and Google Cloud Storage for teams."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from maxkernel.settings import Settings, get_settings
@@ -18,6 +19,12 @@ def default_session_uri(s: Settings | None = None) -> str:
 def default_artifact_uri(s: Settings | None = None) -> str:
     s = s or get_settings()
     return s.artifact_uri or f"file://{s.data_dir / 'artifacts'}"
+
+
+def _need(module: str, what: str) -> None:
+    """A clear error, before any work, when a team store's client library is not installed."""
+    if importlib.util.find_spec(module.split(".")[0]) is None or importlib.util.find_spec(module) is None:
+        raise ValueError(f"{what} needs the gcp extra: pip install 'maxkernel[gcp]' (missing {module})")
 
 
 def session_service(uri: str | None = None):
@@ -36,6 +43,7 @@ def session_service(uri: str | None = None):
         path.parent.mkdir(parents=True, exist_ok=True)
         return SqliteSessionService(str(path))
     if uri.startswith("agentengine://") or "/reasoningEngines/" in uri:
+        _need("agentplatform", "a Vertex AI Agent Engine session store")
         from google.adk.sessions import VertexAiSessionService
 
         engine = uri[len("agentengine://"):] if uri.startswith("agentengine://") else uri
@@ -62,6 +70,7 @@ def artifact_service(uri: str | None = None):
         root.mkdir(parents=True, exist_ok=True)
         return FileArtifactService(root_dir=str(root))
     if uri.startswith("gs://"):
+        _need("google.cloud.storage", "a gs:// artifact store")
         from google.adk.artifacts import GcsArtifactService
 
         return GcsArtifactService(bucket_name=uri[len("gs://"):].strip("/"))

@@ -1,13 +1,12 @@
 """The report of a results folder: fast_p per tier, speedup statistics, failures, cost, plots, CPU warning."""
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
 from maxkernel.bench_agent import BenchError, load_records, run_bench_agent
-from maxkernel.evals.cli_commands import configure_report
+from maxkernel.cli import main
 from maxkernel.evals.stats import summarize
 from maxkernel.report import CPU_WARNING, render_report
 
@@ -88,17 +87,13 @@ def test_report_without_cpu_records_has_no_cpu_warning_and_honours_out(tmp_path)
 
 
 def test_report_command_exit_codes(tmp_path, capsys):
-    from maxkernel.cli import UsageError
-
-    parser = configure_report(argparse.ArgumentParser())
     folder = write(tmp_path / "results", RECORDS)
-    args = parser.parse_args([str(folder), "--json"])
-    assert args.func(args) == 0
+    assert main(["report", str(folder), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["summary"]["fast_1"] == 0.4
-    for missing in (tmp_path / "nowhere", tmp_path):
-        args = parser.parse_args([str(missing)])
-        with pytest.raises(UsageError):
-            args.func(args)
+    for missing in (tmp_path / "nowhere", tmp_path):  # no folder; a folder without records
+        assert main(["report", str(missing)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and err.startswith("maxkernel: error: ")
 
 
 def test_bench_agent_does_not_redo_a_finished_record(tmp_path):

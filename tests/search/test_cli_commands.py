@@ -1,5 +1,4 @@
-"""`maxkernel search` / `search status` (run here through `python -m maxkernel.search`, the same functions):
-the status document, and usage errors said before any work."""
+"""`maxkernel search` / `search status` in process: the status document, and usage errors said before any work."""
 
 from __future__ import annotations
 
@@ -7,8 +6,12 @@ import json
 
 from _fakes import FakeExecutor, FakeProducer
 
-from maxkernel.search.__main__ import main
+from maxkernel.cli import main as cli_main
 from maxkernel.search.controller import run_search
+
+
+def main(argv):
+    return cli_main(["search", *argv])
 
 
 def test_status_lists_nodes_as_cli_md_says(tmp_path, config, capsys):

@@ -1,12 +1,14 @@
-"""`maxkernel search` and `maxkernel search status`: the command functions and their argparse lines."""
+"""`maxkernel search` (start or resume a graph search) and `maxkernel search status DIR` (read its graph)."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
-__all__ = ["cmd_search", "cmd_search_status", "add_search_parser", "format_progress"]
+import click
+
+from maxkernel.cli._common import SIZES, UsageError, emit, json_option, progress
+
+__all__ = ["search", "search_status", "format_progress"]
 
 # CLI option -> where it goes in the config (algorithm parameters, limits, or top level).
 _ALGO = {"runs": "parallel", "width": "beam", "branches": "beam", "keep": "beam", "islands": "evolve",
@@ -15,49 +17,7 @@ _LIMITS = ("max_nodes", "max_tokens", "max_cost_usd", "max_wall_s", "workers", "
            "max_debug_rounds")
 _TOP = ("size", "algorithm", "backend", "model", "seed", "ray_address", "profile")
 
-
-def add_search_parser(sub) -> None:
-    """Add `search` (and `search status DIR`) to the `maxkernel` subparsers."""
-    s = sub.add_parser("search", help="graph search over candidate kernels; re-run with the same --out to resume")
-    s.add_argument("--task", default=None, help="task name or folder (not needed to resume an --out)")
-    s.add_argument("--algorithm", default=None, choices=["parallel", "beam", "evolve"], help="default beam")
-    s.add_argument("--backend", default=None, choices=["local", "ray"], help="default local")
-    s.add_argument("--ray-address", default=None, help="existing Ray cluster (auto or host:port); none starts one")
-    s.add_argument("--model", default=None, help="gemini-*, provider/model (LiteLLM) or replay")
-    s.add_argument("--max-nodes", type=int, default=None)
-    s.add_argument("--max-tokens", type=int, default=None)
-    s.add_argument("--max-cost", dest="max_cost_usd", type=float, default=None, help="USD")
-    s.add_argument("--max-wall", dest="max_wall_s", type=float, default=None, help="seconds")
-    s.add_argument("--workers", type=int, default=None, help="nodes in flight")
-    s.add_argument("--model-workers", type=int, default=None, help="model calls in flight")
-    s.add_argument("--eval-workers", type=int, default=None, help="device evaluations at once")
-    s.add_argument("--max-debug-rounds", type=int, default=None)
-    s.add_argument("--seed", type=int, default=None)
-    s.add_argument("--size", default=None, choices=["smoke", "full"], help="default smoke")
-    s.add_argument("--depth", type=int, default=None, help="parallel: iterations per run; beam: generations")
-    s.add_argument("--runs", type=int, default=None, help="parallel: independent runs")
-    s.add_argument("--width", type=int, default=None, help="beam: kernels kept")
-    s.add_argument("--branches", type=int, default=None, help="beam: children per kept kernel")
-    s.add_argument("--keep", default=None, choices=["improvements", "regressions"], help="beam")
-    s.add_argument("--islands", type=int, default=None, help="evolve")
-    s.add_argument("--population", type=int, default=None, help="evolve: children per island per generation")
-    s.add_argument("--generations", type=int, default=None, help="evolve")
-    s.add_argument("--migration-interval", type=int, default=None, help="evolve")
-    s.add_argument("--no-profile", dest="profile", action="store_false", default=None,
-                   help="skip the profiler's advice on correct kernels")
-    s.add_argument("--out", default=None, help="search folder (default <data dir>/searches/TASK-ALGORITHM-seedS)")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_search)
-    st = s.add_subparsers(dest="search_command").add_parser("status", help="read a search's graph")
-    st.add_argument("dir", help="the search's --out folder")
-    st.add_argument("--json", action="store_true")
-    st.set_defaults(func=cmd_search_status)
-
-
-def _usage(msg: str):
-    from maxkernel.cli import UsageError
-
-    return UsageError(msg)
+_POS = click.IntRange(min=1)
 
 
 def format_progress(event: dict) -> str:
@@ -67,19 +27,18 @@ def format_progress(event: dict) -> str:
             f"{event['elapsed_s']:.0f}s] {event['text']}")
 
 
-def _progress(event: dict) -> None:
+def _on_event(event: dict) -> None:
     if event["event"] != "log":
-        print(format_progress(event), file=sys.stderr, flush=True)
+        progress(format_progress(event))
 
 
-def _requested(args, stored):
-    """The config these arguments ask for: a new search's, or the stored one with the given options changed."""
+def _requested(given: dict, stored):
+    """The config these options ask for: a new search's, or the stored one with the given options changed."""
     from maxkernel.search.config import SearchConfig, make_config
 
-    given = {k: getattr(args, k) for k in (*_ALGO, *_LIMITS, *_TOP, "task", "depth") if getattr(args, k, None) is not None}
     if stored is None:
         if not given.get("task"):
-            raise _usage("--task is required to start a search")
+            raise UsageError("--task is required to start a search")
         algorithm = given.get("algorithm", "beam")
         nested: dict = {"parallel": {}, "beam": {}, "evolve": {}}
         for k, where in _ALGO.items():
@@ -113,12 +72,7 @@ def _requested(args, stored):
 
 def _check_model(config) -> bool:
     """Credentials and replay coverage checked before any work; True when the replay model is used."""
-    from maxkernel.agentlib.models import (
-        ModelConfigError,
-        check_credentials,
-        is_replay,
-        model_name,
-    )
+    from maxkernel.agentlib.models import ModelConfigError, check_credentials, is_replay, model_name
     from maxkernel.agentlib.replay.model import recorded_tasks
     from maxkernel.agentlib.sub_agents import ROLES
 
@@ -127,37 +81,74 @@ def _check_model(config) -> bool:
         try:
             check_credentials(name)
         except ModelConfigError as exc:
-            raise _usage(str(exc)) from None
+            raise UsageError(str(exc)) from None
     replay = any(is_replay(n) for n in names)
     if replay and Path(config.task).name not in recorded_tasks():
-        raise _usage(f"the replay model has recordings only for {', '.join(recorded_tasks())}")
+        raise UsageError(f"the replay model has recordings only for {', '.join(recorded_tasks())}")
     return replay
 
 
-def cmd_search(args) -> int:
+@click.group(invoke_without_command=True)
+@click.option("--task", default=None, help="task name or folder (not needed to resume an --out)")
+@click.option("--algorithm", default=None, type=click.Choice(["parallel", "beam", "evolve"]), help="default beam")
+@click.option("--backend", default=None, type=click.Choice(["local", "ray"]), help="default local")
+@click.option("--ray-address", default=None, help="existing Ray cluster (auto or host:port); none starts one")
+@click.option("--model", default=None, help="gemini-*, provider/model (LiteLLM) or replay")
+@click.option("--max-nodes", type=_POS, default=None)
+@click.option("--max-tokens", type=_POS, default=None)
+@click.option("--max-cost", "max_cost_usd", type=click.FloatRange(min=0), default=None, help="USD")
+@click.option("--max-wall", "max_wall_s", type=click.FloatRange(min=0), default=None, help="seconds")
+@click.option("--workers", type=_POS, default=None, help="nodes in flight")
+@click.option("--model-workers", type=_POS, default=None, help="model calls in flight")
+@click.option("--eval-workers", type=_POS, default=None, help="device evaluations at once")
+@click.option("--max-debug-rounds", type=click.IntRange(min=0), default=None)
+@click.option("--seed", type=int, default=None)
+@click.option("--size", default=None, type=click.Choice(SIZES), help="default smoke")
+@click.option("--depth", type=_POS, default=None, help="parallel: iterations per run; beam: generations")
+@click.option("--runs", type=_POS, default=None, help="parallel: independent runs")
+@click.option("--width", type=_POS, default=None, help="beam: kernels kept")
+@click.option("--branches", type=_POS, default=None, help="beam: children per kept kernel")
+@click.option("--keep", default=None, type=click.Choice(["improvements", "regressions"]), help="beam")
+@click.option("--islands", type=_POS, default=None, help="evolve")
+@click.option("--population", type=_POS, default=None, help="evolve: children per island per generation")
+@click.option("--generations", type=_POS, default=None, help="evolve")
+@click.option("--migration-interval", type=_POS, default=None, help="evolve")
+@click.option("--no-profile", "profile", flag_value=False, default=None, help="skip the profiler's advice on correct kernels")
+@click.option("--out", default=None, type=click.Path(file_okay=False),
+              help="search folder (default <data dir>/searches/TASK-ALGORITHM-seedS)")
+@json_option
+@click.pass_context
+def search(ctx: click.Context, out: str | None, as_json: bool, **options) -> None:
+    """Graph search over candidate kernels; re-run with the same --out to resume."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from maxkernel.search.graph import DB_NAME, Graph
+
+    if not options["task"] and not (out and (Path(out) / DB_NAME).is_file()):
+        raise UsageError("--task is required to start a search")  # said before the heavy imports below
     from maxkernel.search.config import ConfigMismatch, SearchConfig
     from maxkernel.search.controller import SearchError, run_search
-    from maxkernel.search.graph import DB_NAME, Graph
     from maxkernel.settings import get_settings
     from maxkernel.tasks import TaskError
 
+    given = {k: v for k, v in options.items() if v is not None}
     stored = None
-    out = Path(args.out) if args.out else None
-    if out is not None and (out / DB_NAME).is_file():
-        raw = Graph(out).meta("config")
+    folder = Path(out) if out else None
+    if folder is not None and (folder / DB_NAME).is_file():
+        raw = Graph(folder).meta("config")
         stored = SearchConfig.model_validate(raw) if raw else None
     try:
-        config = _requested(args, stored)
+        config = _requested(given, stored)
     except (TaskError, ValueError) as exc:
-        raise _usage(str(exc)) from None
-    if out is None:
-        out = get_settings().data_dir / "searches" / f"{Path(config.task).name}-{config.algorithm}-seed{config.seed}"
+        raise UsageError(str(exc)) from None
+    if folder is None:
+        folder = get_settings().data_dir / "searches" / f"{Path(config.task).name}-{config.algorithm}-seed{config.seed}"
     replay = _check_model(config)
-    print(f"search folder: {out}" + (" (offline replay model)" if replay else ""), file=sys.stderr, flush=True)
+    progress(f"search folder: {folder}" + (" (offline replay model)" if replay else ""))
     try:
-        result = run_search(out, config, progress=_progress)
+        result = run_search(folder, config, progress=_on_event)
     except (ConfigMismatch, SearchError) as exc:
-        raise _usage(str(exc)) from None
+        raise UsageError(str(exc)) from None
     result["replay"] = replay
     best = result["best"]
     lines = [f"{result['status'].upper()}: {result['stop_reason']}; {result['nodes']} nodes"]
@@ -165,11 +156,7 @@ def cmd_search(args) -> int:
         lines.append(f"best: node {best['node']}, {best['speedup']:.3g}x, correct on held-out seeds "
                      f"{best['heldout_seeds']}; kernel: {best['kernel']}")
     lines.append(f"graph: {result['graph_html']}")
-    if getattr(args, "json", False):
-        print(json.dumps(result, indent=2, default=str))
-    else:
-        print("\n".join(lines))
-    return 0
+    emit(as_json, result, "\n".join(lines))
 
 
 def search_status(folder: str | Path) -> dict:
@@ -178,7 +165,7 @@ def search_status(folder: str | Path) -> dict:
 
     folder = Path(folder)
     if not (folder / DB_NAME).is_file():
-        raise _usage(f"no search in {folder} (no {DB_NAME})")
+        raise UsageError(f"no search in {folder} (no {DB_NAME})")
     g = Graph(folder)
     config = g.meta("config") or {}
     return {"dir": str(folder), "task": config.get("task"), "algorithm": config.get("algorithm"),
@@ -186,8 +173,12 @@ def search_status(folder: str | Path) -> dict:
             "strategies_added": [s["name"] for s in g.strategies()], "nodes": [n.brief() for n in g.nodes()]}
 
 
-def cmd_search_status(args) -> int:
-    doc = search_status(args.dir)
+@search.command("status")
+@click.argument("folder", metavar="DIR", type=click.Path())
+@json_option
+def status(folder: str, as_json: bool) -> None:
+    """Read a search's graph."""
+    doc = search_status(folder)
     t = doc["totals"]
     lines = [f"{doc['algorithm']} search on {doc['task']}: {t['nodes']} nodes ({t['done']} done, {t['pending']} "
              f"pending, {t['running']} running), {t['correct']} correct, {t['tokens']} tokens, ${t['cost_usd']:.4f}"]
@@ -198,8 +189,6 @@ def cmd_search_status(args) -> int:
                      f"{speed:>8}  {n['strategy']} {marks}".rstrip())
     if doc["result"]:
         lines.append(f"result: {doc['result']['status']} ({doc['result']['stop_reason']})")
-    if getattr(args, "json", False):
-        print(json.dumps(doc, indent=2, default=str))
-    else:
-        print("\n".join(lines))
-    return 0
+    emit(as_json, doc, "\n".join(lines))
+
+

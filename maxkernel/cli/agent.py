@@ -1,0 +1,44 @@
+"""`maxkernel optimize`: the autonomous agent on one task, headless, with progress on stderr."""
+
+from __future__ import annotations
+
+import click
+
+from maxkernel.cli._common import SIZES, UsageError, check_size, check_task, emit, json_option, progress
+
+__all__ = ["optimize"]
+
+
+@click.command()
+@click.option("--task", required=True, help="a suite task name or a JAXBench-style task folder")
+@click.option("--mode", default="auto", show_default=True, type=click.Choice(["auto", "hitl"]))
+@click.option("--model", default=None, help="model for every agent: gemini-*, provider/model (LiteLLM) or replay")
+@click.option("--size", default="smoke", show_default=True, type=click.Choice(SIZES))
+@click.option("--out", default=None, type=click.Path(file_okay=False),
+              help="folder for the best kernel (kernel.py) and its verdict.json")
+@click.option("--session-uri", default=None, help="sqlite:///path (default), memory://, agentengine://ID, ...")
+@click.option("--artifact-uri", default=None, help="file:///path (default), memory://, gs://bucket")
+@click.option("--session-id", default=None, help="resume this session (created with this id if absent)")
+@json_option
+def optimize(task, mode, model, size, out, session_uri, artifact_uri, session_id, as_json) -> None:
+    """Run the autonomous agent on one task (HITL runs in adk web)."""
+    check_size(check_task(task), size)
+    from maxkernel.optimize import OptimizeError, run_optimize
+
+    try:
+        r = run_optimize(task, mode=mode, model=model, size=size, out=out, session_uri=session_uri,
+                         artifact_uri=artifact_uri, session_id=session_id, progress=progress)
+    except OptimizeError as exc:
+        raise UsageError(str(exc)) from None
+    v = r["verdict"] or {}
+    lines = [f"{r['status'].upper()}: {r['stop_reason'] or 'no result'}"]
+    if r["kernel"]:
+        lines.append(f"kernel: {r['kernel']}")
+    if v.get("speedup") is not None:
+        timing = "CPU interpreter time, not TPU time" if "cpu_timing" in v.get("flags", []) else v.get("backend")
+        lines.append(f"held-out verdict {v['status'].upper()}: {v['reason']}; speedup {v['speedup']:.3g}x ({timing})")
+    cost = "unknown cost" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}"
+    lines.append(f"{r['iterations']} iterations, {r['llm_calls']} LLM calls, {r['tokens']} tokens, {cost}"
+                 + (" (replay model)" if r["replay"] else f" ({r['model']})"))
+    lines.append(f"session: {r['session_id']}")
+    emit(as_json, r, "\n".join(lines))

@@ -1,0 +1,124 @@
+"""`maxkernel bench`: the suite (list, run), the agent over many tasks (agent), ADK eval sets (evalset)."""
+
+from __future__ import annotations
+
+import click
+
+from maxkernel.cli._common import SIZES, UsageError, check_size, check_task, emit, json_option, progress, track
+
+__all__ = ["bench"]
+
+
+@click.group()
+def bench() -> None:
+    """The jaxbench suite: list it, time its baselines, run the agent over it, write eval sets."""
+
+
+@bench.command("list")
+@json_option
+def bench_list(as_json: bool) -> None:
+    """List the suite's tasks."""
+    from maxkernel.bench import list_tasks
+
+    rows = list_tasks()
+    lines = [f"{r['name']:<58} {r['tier']}  {'reference kernel' if r['reference_kernel'] else ''}".rstrip()
+             for r in rows]
+    emit(as_json, rows, "\n".join(lines) + f"\n{len(rows)} tasks")
+
+
+@bench.command("run")
+@click.option("--task", "tasks", multiple=True, help="task name or folder (repeatable)")
+@click.option("--all", "all_tasks", is_flag=True, help="every suite task")
+@click.option("--size", default="smoke", show_default=True, type=click.Choice(SIZES))
+@click.option("--reps", default=20, show_default=True, type=click.IntRange(min=1))
+@click.option("--no-reference", is_flag=True, help="skip the shipped reference kernels")
+@json_option
+def bench_run(tasks: tuple[str, ...], all_tasks: bool, size: str, reps: int, no_reference: bool, as_json: bool) -> None:
+    """Time the XLA baselines (and reference kernels) on this machine's backend."""
+    import jaxbench
+
+    if all_tasks == bool(tasks):
+        raise UsageError("give --task TASK (repeatable) or --all")
+    loaded = [check_task(t) for t in (jaxbench.task_names() if all_tasks else tasks)]
+    for t in loaded:
+        check_size(t, size)
+    from maxkernel.bench import time_task
+
+    results = []
+    for task in track(loaded, len(loaded), lambda t: f"{t.name} ({size})"):
+        try:
+            results.append(time_task(task, size, reps=reps, with_reference=not no_reference))
+        except Exception as exc:  # noqa: BLE001 - one broken task must not lose the others' figures
+            results.append({"name": task.name, "size": size, "error": f"{type(exc).__name__}: {exc}"[:500]})
+    lines = []
+    for r in results:
+        if "error" in r:
+            lines.append(f"{r['name']:<58} ERROR {r['error']}")
+            continue
+        ref = r.get("reference_kernel")
+        extra = f"  reference kernel {ref['median_ms']:.3f} ms" if ref else ""
+        lines.append(f"{r['name']:<58} {r['median_ms']:>10.3f} ms ±{r['iqr_ms']:.3f}  {r['backend']}{extra}")
+    emit(as_json, {"size": size, "tasks": results}, "\n".join(lines))
+
+
+def _task_list(tasks: tuple[str, ...], all_tasks: bool) -> list[str]:
+    import jaxbench
+
+    if all_tasks and tasks:
+        raise UsageError("give --tasks or --all, not both")
+    if all_tasks:
+        return jaxbench.task_names()
+    if not tasks:
+        raise UsageError("give --tasks A,B,... or --all")
+    return [t.strip() for item in tasks for t in item.split(",") if t.strip()]
+
+
+@bench.command("agent")
+@click.option("--tasks", multiple=True, help="comma-separated task names (repeatable)")
+@click.option("--all", "all_tasks", is_flag=True, help="every suite task")
+@click.option("--mode", default="auto", show_default=True, type=click.Choice(["auto", "search"]))
+@click.option("--model", default=None, help="model for every agent: gemini-*, provider/model (LiteLLM) or replay")
+@click.option("--size", default="smoke", show_default=True, type=click.Choice(SIZES))
+@click.option("--out", default=None, type=click.Path(file_okay=False),
+              help="results folder; re-running with it resumes (default runs/bench-agent)")
+@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="tasks run at once")
+@json_option
+def bench_agent(tasks, all_tasks, mode, model, size, out, concurrency, as_json) -> None:
+    """Run the agent over many tasks, resumable; fast_p summary."""
+    names = _task_list(tasks, all_tasks)
+    from maxkernel.bench_agent import BenchError, run_bench_agent
+    from maxkernel.evals.stats import FAST_P, fast_key
+
+    try:
+        doc = run_bench_agent(names, mode=mode, model=model, out=out, concurrency=concurrency, progress=progress,
+                              size=size)
+    except BenchError as exc:
+        raise UsageError(str(exc)) from None
+    s = doc["summary"]
+    lines = [f"{r['task']:<40} {'CORRECT' if r['correct'] else (r.get('failure') or 'failed').upper():<12} "
+             + (f"{r['speedup']:.3g}x vs XLA" if r.get("speedup") else "") for r in doc["tasks"]]
+    fast = "  ".join(f"{fast_key(p)} {s[fast_key(p)]:.0%}" for p in FAST_P if s[fast_key(p)] is not None)
+    geo = f"{s['geomean_speedup']:.3g}x" if s["geomean_speedup"] else "—"
+    lines.append(f"{s['tasks']} tasks, {s['correct']} correct; {fast}; geomean speedup {geo} (correct kernels)")
+    if s["cpu_timing"]:
+        lines.append("CPU: speedups are Pallas-interpreter vs XLA:CPU wall times, not TPU kernel performance")
+    lines.append(f"records in {doc['out']}/records; `maxkernel report {doc['out']}` renders them")
+    emit(as_json, doc, "\n".join(lines))
+
+
+@bench.command("evalset")
+@click.option("--set", "set_name", default="smoke", show_default=True, type=click.Choice(["all", "p", "k", "smoke"]))
+@click.option("--size", default="smoke", show_default=True, type=click.Choice(SIZES))
+@click.option("--out", default=None, type=click.Path(dir_okay=False),
+              help="file to write (default ./<eval_set_id>.evalset.json)")
+@json_option
+def bench_evalset(set_name: str, size: str, out: str | None, as_json: bool) -> None:
+    """Write an ADK eval set over the suite."""
+    from maxkernel.evals.evalsets import named_eval_set, smoke_config_path, write_eval_set
+
+    eval_set = named_eval_set(set_name, size)
+    path = write_eval_set(eval_set, out or f"{eval_set.eval_set_id}.evalset.json")
+    doc = {"eval_set_id": eval_set.eval_set_id, "path": str(path), "cases": len(eval_set.eval_cases),
+           "config": str(smoke_config_path())}
+    emit(as_json, doc, f"wrote {path} ({doc['cases']} cases); run it with\n  adk eval maxkernel/agents/auto {path} "
+                       f"--config_file_path {doc['config']}")

@@ -1,0 +1,109 @@
+"""The kernel tools as commands: evaluate (the trusted verdict), compile, test, profile, autotune."""
+
+from __future__ import annotations
+
+import click
+
+from maxkernel.cli._common import Target, check_chip, emit, progress, target_options
+
+__all__ = ["COMMANDS", "evaluate", "compile_cmd", "test", "profile", "autotune"]
+
+
+def _spec(target: Target) -> str:
+    t = target.task
+    return t.name if t.source == "jaxbench" else str(t.path)
+
+
+@click.command()
+@target_options()
+@click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1), help="number of seeds")
+@click.option("--seed-base", default=0, show_default=True, type=int,
+              help="first seed (held-out verdicts use a base the agent never saw)")
+@click.option("--timeout", default=None, type=click.FloatRange(min=0, min_open=True), help="seconds for the candidate run")
+def evaluate(target: Target, seeds: int, seed_base: int, timeout: float | None, as_json: bool) -> None:
+    """The trusted verdict on a kernel: sandboxed, multi-seed, integrity-checked."""
+    from maxkernel.harness.evaluate import evaluate as run_evaluate
+
+    seed_list = list(range(seed_base, seed_base + seeds))
+    progress(f"evaluating {target.kernel} on {target.task.name} ({target.size}, seeds {seed_list[0]}..{seed_list[-1]})"
+             " in a sandbox")
+    v = run_evaluate(target.task, target.kernel, size=target.size, seeds=seed_list, timeout=timeout)
+    lines = [f"{v.status.upper()}: {v.reason}"]
+    if v.correctness.max_rel_err is not None:
+        lines.append(f"max error {v.correctness.max_rel_err:.3g} (tolerance {v.correctness.tolerance:.3g}) "
+                     f"over seeds {v.correctness.seeds}")
+    if v.kernel and v.baseline:
+        lines.append(f"kernel {v.kernel.median_ms:.3f} ms ±{v.kernel.iqr_ms:.3f}, baseline {v.baseline.median_ms:.3f}"
+                     f" ms ±{v.baseline.iqr_ms:.3f}, speedup {v.speedup:.3f}x")
+        lines.append(f"({v.timing_label})")
+    if v.integrity:
+        lines.append(f"{v.integrity.get('pallas_share', 0):.0%} of FLOPs inside Pallas "
+                     f"({v.integrity.get('pallas_calls', 0)} pallas_call)")
+    if v.flags:
+        lines.append("flags: " + ", ".join(v.flags))
+    emit(as_json, v.model_dump(), "\n".join(lines))
+
+
+@click.command("compile")
+@target_options(size="full", chip="v5e")
+def compile_cmd(target: Target, as_json: bool) -> None:
+    """Deviceless TPU compile (libtpu) or GPU lowering of a kernel."""
+    from maxkernel.tools.compile_pallas import compile_pallas
+
+    progress(f"compiling {target.kernel} for {target.chip} ({target.size} shapes) in a sandbox")
+    r = compile_pallas(_spec(target), str(target.kernel), target.chip, target.size)
+    emit(as_json, r.model_dump(), r.summary + (f"\n{r.error}" if r.error else ""))
+
+
+@click.command()
+@target_options()
+@click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1))
+@click.option("--timeout", default=None, type=click.FloatRange(min=0, min_open=True), help="seconds")
+def test(target: Target, seeds: int, timeout: float | None, as_json: bool) -> None:
+    """Strict correctness run (TPU interpreter on CPU: races, out-of-bounds, NaN-initialised scratch)."""
+    from maxkernel.tools.run_tests import run_tests
+
+    progress(f"testing {target.kernel} on {target.task.name} ({target.size}) under the strict interpreter in a sandbox")
+    r = run_tests(_spec(target), str(target.kernel), target.size, seeds=seeds, timeout=timeout)
+    emit(as_json, r.model_dump(), r.summary)
+
+
+@click.command()
+@target_options()
+@click.option("--out", default=None, type=click.Path(file_okay=False),
+              help="folder for the trace (default ./profiles/<task>-<time>)")
+@click.option("--chip", default=None, help="chip for the roofline (default: the device, v5e on CPU)")
+def profile(target: Target, out: str | None, chip: str | None, as_json: bool) -> None:
+    """Profile kernel and baseline; save an XProf trace and a per-op table."""
+    from maxkernel.tools.xprof_capture import xprof_capture
+
+    if chip is not None:
+        chip = check_chip(chip, allow_native=False)
+    progress(f"profiling {target.kernel} against the {target.task.name} baseline ({target.size}) in a sandbox")
+    r = xprof_capture(_spec(target), str(target.kernel), target.size, out_dir=out, chip=chip)
+    lines = [r.summary]
+    lines += [f"  {o.name:<48} {o.time_ms:>10.3f} ms  x{o.count:g}  {o.share:.0%}" for o in r.ops[:10]]
+    if r.trace:
+        lines.append(f"trace: {r.trace}")
+    emit(as_json, r.model_dump(), "\n".join(lines))
+
+
+@click.command()
+@target_options(chip="v5e", chip_help="chip for VMEM/compile pruning")
+@click.option("--max-configs", default=16, show_default=True, type=click.IntRange(min=1))
+@click.option("--time-budget", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="seconds")
+def autotune(target: Target, max_configs: int, time_budget: float, as_json: bool) -> None:
+    """Search the kernel's TUNABLES: compile-prune, correctness-gate, time."""
+    from maxkernel.tools.autotune import autotune as run_autotune
+
+    progress(f"autotuning {target.kernel} ({target.chip} pruning, timing at {target.size}); "
+             "this runs many sandboxed jobs")
+    r = run_autotune(_spec(target), str(target.kernel), chip=target.chip, size=target.size, max_configs=max_configs,
+                     time_budget_s=time_budget)
+    lines = [r.summary] + [f"  {t.outcome:<9} {t.config}  {'' if t.median_ms is None else f'{t.median_ms:.3f} ms'}"
+                           for t in r.tried]
+    emit(as_json, r.model_dump(), "\n".join(lines))
+
+
+COMMANDS = (evaluate, compile_cmd, test, profile, autotune)

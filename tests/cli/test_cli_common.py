@@ -1,0 +1,61 @@
+"""The CLI's shared parts: sizes read without importing a task, completion, progress, JSON documents."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.shell_completion import BashComplete
+
+import jaxbench
+from maxkernel.cli import cli, main
+from maxkernel.cli._common import declared_sizes, preflight, track
+from maxkernel.tasks import load_task
+
+pytestmark = pytest.mark.unit
+
+
+def test_declared_sizes_agree_with_the_imported_task_for_every_suite_task():
+    for name in jaxbench.task_names():
+        task = load_task(name)
+        assert declared_sizes(task) == task.sizes, name
+
+
+def test_declared_sizes_without_a_literal_falls_back_to_none(tmp_path):
+    (tmp_path / "baseline.py").write_text("SIZES = dict(smoke={})\ndef create_inputs(): pass\ndef workload(): pass\n")
+    assert declared_sizes(load_task(tmp_path)) is None
+    (tmp_path / "baseline.py").write_text("def create_inputs(): pass\ndef workload(): pass\n")
+    assert declared_sizes(load_task(tmp_path)) == ["full"]
+
+
+def test_preflight_returns_the_checked_target(tmp_path):
+    kernel = tmp_path / "k.py"
+    kernel.write_text("def workload(*a): pass\n")
+    t = preflight("8p_GEMM", str(kernel), "smoke", "V5E")
+    assert (t.task.name, t.kernel, t.size, t.chip) == ("8p_GEMM", kernel, "smoke", "v5e")
+    assert preflight("8p_GEMM", str(kernel), "full", "native").chip == "native"
+
+
+def _complete(args, incomplete):
+    return [c.value for c in BashComplete(cli, {}, "maxkernel", "_MAXKERNEL_COMPLETE").get_completions(args, incomplete)]
+
+
+def test_completion_offers_commands_tasks_and_chips(capsys):
+    assert {"evaluate", "compile", "search", "bench"} <= set(_complete([], ""))
+    assert _complete(["compile", "--task"], "8p_") == ["8p_GEMM"]
+    assert _complete(["compile", "--task", "8p_GEMM", "--chip"], "v5") == ["v5e", "v5p"]
+    assert main(["completion", "bash"]) == 0
+    assert "_MAXKERNEL_COMPLETE=bash_complete" in capsys.readouterr().out
+
+
+def test_track_prints_numbered_lines_off_a_terminal(capsys):
+    assert list(track(["a", "b"], 2, lambda x: f"task {x}")) == ["a", "b"]
+    out, err = capsys.readouterr()
+    assert out == "" and err == "[1/2] task a\n[2/2] task b\n"
+
+
+def test_bench_list_json_is_the_contract(capsys):
+    assert main(["bench", "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 50 and {"name", "tier", "source"} <= set(rows[0])
+    assert sum(r["tier"] == "p" for r in rows) == 17 and {r["tier"] for r in rows} == {"p", "k"}
