@@ -61,4 +61,9 @@ def test_sampler_order_person_then_profiler_then_library_seeded(tmp_path):
     root = sampler.pick(random.Random(0), None, 3)
     assert root[0] == FIRST_VERSION and len({s.name for s in root}) == 3
     assert len(sampler.pick(random.Random(0), parent, 40)) == 40  # more than the library: repeats, still seeded
-    assert by_name("my-idea", g.strategies() or [{"name": "my-idea", "text": "t"}]).name == "my-idea"
+    # A person's strategy is found by name only through the graph's stored rows; library names always are.
+    assert by_name("my-idea", g.strategies()) is None and by_name("my-idea") is None
+    g.add_strategy("my-idea", "Do the thing.")
+    found = by_name("my-idea", g.strategies())
+    assert (found.name, found.family, found.text) == ("my-idea", "person", "Do the thing.")
+    assert by_name("bigger-blocks") is LIBRARY[0] and by_name(PROFILER.name) is PROFILER
