@@ -33,12 +33,11 @@ def _judge(evaluator, name, kernel, **kw):
     ("crash.py", "error", "died without a result"),
     ("exit_early.py", "error", "died without a result"),
     ("forge_result.py", "incorrect", "0 outputs, expected 1"),
-    ("memory_bomb.py", "error", ""),
+    ("memory_bomb.py", "error", "MemoryError: Unable to allocate"),  # the rlimit stops it at import
 ])
 def test_hostile_rmsnorm_kernels_are_refused(evaluator, kernel, status, words):
     v = _judge(evaluator, "12p_RMSNorm", HOSTILE / kernel, timeout=120)
-    if status:
-        assert v.status == status, v.model_dump_json(indent=1)
+    assert v.status == status, v.model_dump_json(indent=1)
     assert words in v.reason, v.reason
 
 
