@@ -31,7 +31,7 @@ def build_root(policy: str, model: str | None = None):
 
         return build_hitl_root(build_pool(model, single_turn=True), resolve_model("root", override=model))
     if policy == "search":
-        from maxkernel.search.node_agent import NodeBuilder
+        from maxkernel.agentlib.root.search_node import NodeBuilder
 
         return NodeBuilder(name="maxkernel_search", description="Builds one node of a graph search: plan, implement, "
                            "check and debug, judge, profile.", sub_agents=build_pool(model))

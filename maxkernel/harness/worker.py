@@ -18,9 +18,9 @@ from pathlib import Path  # noqa: E402
 HANDLERS = {
     "reference": "maxkernel.harness.reference_job",
     "candidate": "maxkernel.harness.candidate_job",
-    "compile": "maxkernel.tools._compile_job",
-    "compile_many": "maxkernel.tools._compile_many_job",
-    "profile": "maxkernel.tools._profile_job",
+    "compile": "maxkernel.harness.compile_job",
+    "compile_many": "maxkernel.harness.compile_many_job",
+    "profile": "maxkernel.harness.profile_job",
 }
 
 
@@ -71,7 +71,7 @@ def _preload_compiler(chip_name: str) -> None:
     """Load libtpu and compile a small shipped kernel for `chip_name`, so the job's compile is a warm one."""
     import jaxbench
     from maxkernel import chips
-    from maxkernel.tools import _compile_job
+    from maxkernel.harness import compile_job as _compile_job
 
     kernel = jaxbench.task_dir("12p_RMSNorm") / "kernel.py"
     _compile_job.run({"task": "12p_RMSNorm", "kernel": str(kernel), "chip": chips.get(chip_name).name,

@@ -1,72 +1,19 @@
-"""The `search` policy: a root that builds ONE node of a graph search over the shared sub-agent pool
-(plan -> implement -> check/debug -> judge -> profile), and the function that runs it through an ADK Runner."""
+"""One node of a graph search built through an ADK Runner by the `search` root policy
+(agentlib/root/search_node.py: plan -> implement -> check/debug -> judge -> profile)."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from google.adk.agents import BaseAgent
-from google.adk.agents.invocation_context import InvocationContext
-from google.adk.events import Event
-
-from maxkernel.agentlib.root._common import say
 from maxkernel.search.workers import SEARCH_KEY, lookup
 
-__all__ = ["NodeBuilder", "NodeJob", "Produced", "build_node"]
+__all__ = ["NodeJob", "Produced", "build_node"]
 
 USER = "search"
-
-
-class NodeBuilder(BaseAgent):
-    """Routes deterministically: the creative steps are sub-agents, every gate is the search's cascade."""
-
-    async def _run_async_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
-        state = ctx.session.state
-        search = lookup(state.get(SEARCH_KEY))
-        if search is None or not state.get("workspace"):
-            yield say(ctx, self.name, "This root builds one node of a graph search; start one with "
-                                      "`maxkernel search --task TASK`, and steer it from the search app.")
-            return
-        agents = {a.name: a for a in self.sub_agents}
-        kernel = Path(state["workspace"]) / "kernel.py"
-        yield say(ctx, self.name, f"Node {state.get('node_id')}: {state.get('advice', '').splitlines()[0][:200]}",
-                  {"debug_round": 0})
-        for role in ("planner", "implementer"):
-            async for ev in agents[role].run_async(ctx):
-                yield ev
-        ok = False
-        for round_ in range(int(state.get("max_debug_rounds", 2)) + 1):
-            if not kernel.is_file():
-                problem = "kernel.py was not written: write the whole kernel file with write_file."
-            else:
-                check = await asyncio.to_thread(search.cascade.check, kernel.read_text(), state.get("memo_scope", ""))
-                if check.ok:
-                    yield say(ctx, self.name, check.feedback[:500], {"debug_round": 0, "last_error": ""})
-                    ok = True
-                    break
-                problem = check.feedback
-            if round_ == int(state.get("max_debug_rounds", 2)):
-                yield say(ctx, self.name, f"Giving up after {round_} debug rounds: {problem.splitlines()[0][:300]}",
-                          {"debug_round": 0})
-                break
-            yield say(ctx, self.name, f"Debug round {round_ + 1}: {problem.splitlines()[0][:300]}",
-                      {"last_error": problem, "debug_round": round_ + 1})
-            async for ev in agents["debugger"].run_async(ctx):
-                yield ev
-        if not ok:
-            return
-        verdict = await asyncio.to_thread(search.cascade.evaluate, kernel.read_text(), state.get("memo_scope", ""))
-        yield say(ctx, self.name, f"Node {state.get('node_id')}: {verdict.summary}",
-                  {"verdict_summary": verdict.summary})
-        if verdict.correct and state.get("profile"):
-            yield say(ctx, self.name, "", {"advice": ""})  # the profiler's answer replaces the strategy text
-            async for ev in agents["profiler"].run_async(ctx):
-                yield ev
-            yield say(ctx, self.name, "", {"profiled": True})
 
 
 @dataclass(frozen=True)

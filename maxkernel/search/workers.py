@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -19,10 +18,11 @@ from typing import Any
 
 from google.adk.plugins.base_plugin import BasePlugin
 
+from maxkernel.agentlib.root.search_node import SEARCH_KEY, lookup, register, unregister
+
 __all__ = ["Slots", "SearchContext", "register", "lookup", "unregister", "LimitsPlugin", "LocalPool",
            "SEARCH_KEY", "DEVICE_TOOLS"]
 
-SEARCH_KEY = "search_key"  # session state: which running search's cascade and limits a node belongs to
 DEVICE_TOOLS = ("test_kernel", "profile_kernel", "tune_kernel")  # tools that run the kernel on the device
 
 
@@ -69,23 +69,6 @@ class SearchContext:
     cascade: Any
     slots: Slots
     config: Any
-
-
-_CONTEXTS: dict[str, SearchContext] = {}
-
-
-def register(ctx: SearchContext) -> str:
-    key = uuid.uuid4().hex
-    _CONTEXTS[key] = ctx
-    return key
-
-
-def lookup(key: str | None) -> SearchContext | None:
-    return _CONTEXTS.get(key or "")
-
-
-def unregister(key: str) -> None:
-    _CONTEXTS.pop(key, None)
 
 
 class LimitsPlugin(BasePlugin):

@@ -82,7 +82,7 @@ def compile_many(task: str, kernel: str, chip_names: list[str], configs: list[di
     Results arrive one per compile; if the process is killed (timeout), finished ones are kept and the
     rest are reported as not compiled.
     """
-    from maxkernel.tools._compile_many_job import PROGRESS_FILE
+    from maxkernel.harness.compile_many_job import PROGRESS_FILE
 
     configs = configs or [{}]
     wanted = [(cfg, c) for cfg in configs for c in chip_names]

@@ -1,7 +1,7 @@
 """Device timing from a profile: per-run sums of a module's device ops inside each host annotation."""
 
 from maxkernel.harness.device_timing import device_ms_per_run
-from maxkernel.tools._xplane import Event, Line, Plane
+from maxkernel.harness.xplane import Event, Line, Plane
 
 
 def _tpu_trace():

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 from maxkernel import chips
-from maxkernel.tools import _compile_job
-from maxkernel.tools._hints import hint_for
+from maxkernel.harness import compile_job as _compile_job
+from maxkernel.harness.hints import hint_for
 
-KERNELS = Path(__file__).parent / "kernels"
+KERNELS = Path(__file__).parents[1] / "tools" / "kernels"
 TPU_NAMES = [c.name for c in chips.CHIPS.values() if c.is_tpu]
 
 

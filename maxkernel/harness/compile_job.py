@@ -11,7 +11,7 @@ from pathlib import Path
 from maxkernel import chips as chips_mod
 from maxkernel.harness.candidate_job import load_kernel
 from maxkernel.tasks import load_task
-from maxkernel.tools._hints import hint_for
+from maxkernel.harness.hints import hint_for
 
 __all__ = ["run", "supported_tpu_chips", "vmem_from_hlo", "vmem_from_error", "trim_error"]
 

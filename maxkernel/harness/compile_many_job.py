@@ -10,7 +10,7 @@ from pathlib import Path
 from maxkernel import chips
 from maxkernel.tasks import load_task
 from maxkernel.harness.candidate_job import load_kernel
-from maxkernel.tools import _compile_job
+from maxkernel.harness import compile_job as _compile_job
 
 __all__ = ["run", "estimate_vmem", "PROGRESS_FILE"]
 
