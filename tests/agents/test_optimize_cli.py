@@ -1,29 +1,12 @@
 """`maxkernel optimize` end to end: the replay model through the real Runner, tools and harness; usage errors."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _optimize_helpers import agent_env, mk
 
 ROOT = Path(__file__).resolve().parents[2]
-_CREDENTIALS = ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_CLOUD_PROJECT",
-                "GOOGLE_APPLICATION_CREDENTIALS")
-
-
-def agent_env(data_dir: Path) -> dict:
-    """A child environment with no model credentials, private data and a one-iteration budget."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in _CREDENTIALS and (not k.startswith("MAXKERNEL_") or k == "MAXKERNEL_CACHE_DIR")}
-    env.update(JAX_PLATFORMS="cpu", MAXKERNEL_DATA_DIR=str(data_dir), MAXKERNEL_MAX_ITERATIONS="1")
-    return env
-
-
-def mk(*args, env, cwd, timeout=600):
-    return subprocess.run([sys.executable, "-m", "maxkernel.cli", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

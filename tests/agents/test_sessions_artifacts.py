@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from test_optimize_cli import agent_env, mk
+from _optimize_helpers import agent_env, mk
 
 BUCKET = "maxkernel-test"
 

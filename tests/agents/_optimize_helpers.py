@@ -1,0 +1,24 @@
+"""Running `python -m maxkernel.cli` in a child process with a clean environment (shared by the CLI tests)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+_CREDENTIALS = ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_CLOUD_PROJECT",
+                "GOOGLE_APPLICATION_CREDENTIALS")
+
+
+def agent_env(data_dir: Path) -> dict:
+    """A child environment with no model credentials, private data and a one-iteration budget."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in _CREDENTIALS and (not k.startswith("MAXKERNEL_") or k == "MAXKERNEL_CACHE_DIR")}
+    env.update(JAX_PLATFORMS="cpu", MAXKERNEL_DATA_DIR=str(data_dir), MAXKERNEL_MAX_ITERATIONS="1")
+    return env
+
+
+def mk(*args, env, cwd, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "maxkernel.cli", *args], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=timeout)
