@@ -4,6 +4,8 @@ import pytest
 
 from maxkernel import chips
 
+pytestmark = pytest.mark.unit
+
 TPUS = [c for c in chips.CHIPS.values() if c.is_tpu]
 
 

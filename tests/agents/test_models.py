@@ -12,6 +12,8 @@ from maxkernel.agentlib.models import ModelConfigError, check_credentials, price
 from maxkernel.agentlib.replay import ReplayLlm
 from maxkernel.settings import Settings
 
+pytestmark = pytest.mark.unit
+
 _CREDENTIALS = ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_CLOUD_PROJECT",
                 "GOOGLE_CLOUD_LOCATION", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 

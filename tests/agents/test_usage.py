@@ -16,6 +16,8 @@ from maxkernel.agentlib.replay import ReplayLlm
 from maxkernel.agentlib.sub_agents import ROLES
 from maxkernel.agentlib.usage import USAGE_KEY, UsagePlugin
 
+pytestmark = pytest.mark.unit
+
 
 async def run_one_agent(tmp_path, model: ReplayLlm):
     """One recorded implementer turn (a write_file call, then its closing note) in an app of its own."""

@@ -11,6 +11,8 @@ import jaxbench
 from maxkernel.agentlib.replay.model import recorded_tasks
 from maxkernel.evals import evalsets, metrics
 
+pytestmark = pytest.mark.unit
+
 
 def _texts(eval_set):
     return {c.eval_id: c.conversation[0].user_content.parts[0].text for c in eval_set.eval_cases}

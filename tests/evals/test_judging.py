@@ -4,6 +4,8 @@ import pytest
 
 from maxkernel.evals.judging import failure_category, find_kernel, find_task_and_size, judge_kernel, speedup_spread
 
+pytestmark = pytest.mark.unit
+
 
 def test_the_kernel_is_read_from_the_orchestrators_answer():
     final = ("Done (2 iterations without a faster kernel). Best kernel: /data/ws/abc/best_kernel.py from iteration 2, "

@@ -10,6 +10,8 @@ from maxkernel.cli import main
 from maxkernel.evals.stats import summarize
 from maxkernel.report import CPU_WARNING, render_report
 
+pytestmark = pytest.mark.unit
+
 
 def record(task, tier, *, correct, speedup=None, failure=None, backend="cpu", cost=0.01, tokens=1000, **extra):
     return {"record_version": 1, "finished": True, "task": task, "tier": tier, "mode": "auto", "size": "smoke",

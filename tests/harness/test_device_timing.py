@@ -1,7 +1,11 @@
 """Device timing from a profile: per-run sums of a module's device ops inside each host annotation."""
 
+import pytest
+
 from maxkernel.harness.device_timing import device_ms_per_run
 from maxkernel.harness.xplane import Event, Line, Plane
+
+pytestmark = pytest.mark.unit
 
 
 def _tpu_trace():

@@ -17,6 +17,7 @@ def _leaves(x):
     return [np.asarray(v) for v in jax.tree_util.tree_leaves(x)]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", NAMES)
 def test_interface_and_full_size_is_static(name):
     task = load_task(name)
@@ -30,6 +31,7 @@ def test_interface_and_full_size_is_static(name):
     assert jax.tree_util.tree_leaves(out)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", NAMES)
 def test_smoke_inputs_are_seeded_and_mixed_sign(name):
     task = load_task(name)

@@ -11,6 +11,8 @@ from maxkernel.search.algorithms import Beam, Evolve
 from maxkernel.search.controller import Controller, run_search
 from maxkernel.search.graph import Graph
 
+pytestmark = pytest.mark.unit
+
 SHAPES = {
     "parallel": ({"parallel": {"runs": 2, "depth": 3}}, 6),
     "beam": ({"beam": {"width": 2, "branches": 2, "depth": 3}}, 12),

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 from _fakes import FakeExecutor, FakeProducer
 
 from maxkernel.cli import main as cli_main
 from maxkernel.search.controller import run_search
+
+pytestmark = pytest.mark.unit
 
 
 def main(argv):

@@ -17,6 +17,8 @@ from maxkernel.search.strategies import (
 )
 from maxkernel.settings import get_settings
 
+pytestmark = pytest.mark.unit
+
 
 def test_scoreboard_comes_from_task_and_settings(config):
     c = config("beam")

@@ -11,6 +11,8 @@ from maxkernel.search.controller import Controller, SearchError, run_search
 from maxkernel.search.evaluator import Cascade
 from maxkernel.search.graph import Graph
 
+pytestmark = pytest.mark.unit
+
 BEAM = {"beam": {"width": 2, "branches": 2, "depth": 3}}
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from maxkernel.search.graph import DB_NAME, Graph, Proposal
 
+pytestmark = pytest.mark.unit
+
 
 def _props(n, parent=None, island=0):
     return [Proposal(parent, f"s{i}", f"text {i}", "fam", island) for i in range(n)]

@@ -3,6 +3,8 @@ with a scripted model that decides from the person's last message."""
 
 from __future__ import annotations
 
+import pytest
+
 import re
 from collections.abc import AsyncGenerator
 
@@ -18,6 +20,8 @@ from google.genai import types
 from maxkernel.search.controller import run_search
 from maxkernel.search.graph import Graph
 from maxkernel.search.render import render_html
+
+pytestmark = pytest.mark.unit
 
 BEAM = {"beam": {"width": 2, "branches": 2, "depth": 3}}
 

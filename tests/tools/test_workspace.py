@@ -18,6 +18,8 @@ from maxkernel.agentlib.sub_agents import ROLES
 from maxkernel.settings import get_settings
 from maxkernel.tools.workspace import WorkspaceError, list_files, read_file, resolve, write_file
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def ws(tmp_path):

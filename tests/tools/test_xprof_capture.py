@@ -39,12 +39,14 @@ def test_kernel_failing_at_import_is_a_result(tmp_path):
     assert not (tmp_path / "prof").exists()
 
 
+@pytest.mark.unit
 def test_unknown_task_and_missing_kernel_are_results(tmp_path):
     assert not xprof_capture("no_such_task", str(RMSNORM)).ok
     r = xprof_capture("12p_RMSNorm", str(tmp_path / "missing.py"))
     assert not r.ok and "not found" in r.summary
 
 
+@pytest.mark.unit
 def test_pallas_custom_calls_are_found_in_hlo():
     hlo = ('  %custom-call.3 = bf16[8,128]{1,0} custom-call(bf16[8,128]{1,0} %p), '
            'custom_call_target="tpu_custom_call"\n'
@@ -53,6 +55,7 @@ def test_pallas_custom_calls_are_found_in_hlo():
     assert pallas_custom_calls(hlo) == ["custom-call.3", "custom-call.4"]
 
 
+@pytest.mark.unit
 def test_interpreter_errors_lose_their_embedded_stack():
     msg = ('JaxRuntimeError: INTERNAL: CpuCallback error: Traceback (most recent call last):\n'
            '  File "/x/callback.py", line 71, in __call__\n    return f()\n'
@@ -84,6 +87,7 @@ planes { id: 2 name: "/device:TPU:0"
 """
 
 
+@pytest.mark.unit
 def test_device_planes_give_the_pallas_call_time():
     from jax.profiler import ProfileData
 
