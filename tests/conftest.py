@@ -11,6 +11,18 @@ os.environ["MAXKERNEL_CACHE_DIR"] = os.environ.get("MAXKERNEL_TEST_CACHE_DIR") o
 
 import pytest  # noqa: E402
 
+import _extras  # noqa: E402  (tests/ is on sys.path: pytest puts a conftest's folder there)
+
+
+def pytest_addoption(parser):
+    parser.addoption(_extras.OPTION, action="store_true",
+                     help="fail, not skip, a test whose dependency (a dev extra such as ray or google-adk[eval], "
+                          "chromium, libtpu) is missing; CI set to anything but 0/false does the same")
+
+
+def pytest_configure(config):
+    _extras.set_required(config.getoption(_extras.OPTION))
+
 
 @pytest.fixture(scope="session")
 def evaluator():

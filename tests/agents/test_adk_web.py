@@ -12,12 +12,18 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from _extras import need_binary
 from _servers import adk_server
 
 CHROMIUM = Path("/usr/bin/chromium")
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium package (/usr/bin/chromium)")]
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _chromium():
+    need_binary(str(CHROMIUM), package="chromium")
+
 
 # The first visible element matching a CSS selector (and holding `text`), as its centre point.
 _FIND = """(() => {

@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-
+from _extras import need_module
 from _optimize_helpers import agent_env, mk
 
 BUCKET = "maxkernel-test"
@@ -37,7 +37,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def gcs():
     """A GCS emulator on a free loopback port with one bucket; yields (emulator URL, client)."""
-    pytest.importorskip("gcp_storage_emulator", reason="pip install gcp-storage-emulator (in the dev extras)")
+    need_module("gcp_storage_emulator", extra="dev")
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 

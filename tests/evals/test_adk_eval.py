@@ -1,6 +1,5 @@
 """`adk eval` and AgentEvaluator run the shipped smoke eval set offline: replay model, real tools, real harness."""
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -8,6 +7,7 @@ import types
 from pathlib import Path
 
 import pytest
+from _extras import need_module
 
 from maxkernel.evals.evalsets import smoke_config_path, smoke_eval_set_path
 from maxkernel.settings import get_settings
@@ -17,12 +17,13 @@ AUTO = ROOT / "maxkernel" / "agents" / "auto"
 _CREDENTIALS = ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_CLOUD_PROJECT",
                 "GOOGLE_APPLICATION_CREDENTIALS")
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.integration,
-    pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("rouge_score", "pandas", "tabulate")),
-                       reason='needs google-adk[eval] (pip install "google-adk[eval]")'),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _eval_extras():
+    for module in ("rouge_score", "pandas", "tabulate"):  # what google-adk[eval] adds that `adk eval` imports
+        need_module(module, extra="eval")
 
 
 def offline_env(data_dir: Path) -> dict:

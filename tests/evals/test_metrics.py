@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from _extras import need_module
 from google.adk.evaluation.eval_config import get_eval_metrics_from_config, get_evaluation_criteria_or_default
 from google.adk.evaluation.eval_metrics import BaseCriterion, EvalMetric, EvalStatus
 from google.adk.evaluation.evaluation_generator import EvaluationGenerator
@@ -104,11 +105,9 @@ async def test_an_answer_without_a_kernel_fails_without_running_anything():
 
 
 async def test_the_shipped_config_runs_the_metrics_through_adks_registry(workspace):
-    try:  # the registry imports pandas, which comes with google-adk[eval]
-        from google.adk.evaluation.metric_evaluator_registry import (DEFAULT_METRIC_EVALUATOR_REGISTRY,
-                                                                     register_custom_metrics_from_config)
-    except ModuleNotFoundError as exc:
-        pytest.skip(f"needs google-adk[eval]: {exc}")
+    need_module("pandas", extra="eval")  # the registry imports pandas, which comes with google-adk[eval]
+    from google.adk.evaluation.metric_evaluator_registry import (DEFAULT_METRIC_EVALUATOR_REGISTRY,
+                                                                 register_custom_metrics_from_config)
     config = get_evaluation_criteria_or_default(str(smoke_config_path()))
     registry = register_custom_metrics_from_config(config, DEFAULT_METRIC_EVALUATOR_REGISTRY.fork())
     invs = invocations("optimize 12p_RMSNorm smoke", answer(workspace(KERNELS / "rmsnorm_rows.py")))

@@ -6,12 +6,17 @@ from __future__ import annotations
 import os
 
 import pytest
+from _extras import need_module
 
 from maxkernel.search import Graph, make_config, run_search
-from maxkernel.search.ray_backend import RayBackendError, RayExecutor, ray_available
+from maxkernel.search.ray_backend import RayBackendError, RayExecutor
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration,
-              pytest.mark.skipif(ray_available() is not None, reason=str(ray_available()))]
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _ray():
+    need_module("ray", extra="ray")
 
 
 def test_search_evaluates_on_ray_tasks(tmp_path, replay_env):
