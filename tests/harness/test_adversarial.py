@@ -3,6 +3,7 @@
 import socket
 import subprocess
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -74,12 +75,21 @@ def workload(x, scale):
 
 
 def test_writes_outside_the_scratch_folder_change_nothing(evaluator, tmp_path):
-    targets = [tmp_path / "outside.txt", Path.home() / ".maxkernel-pwned", Path("/var/tmp/maxkernel-pwned"),
-               Path("/tmp/maxkernel-pwned"), Path(__file__).with_name("pwned.py")]
-    body = "TARGETS = %r\nfor t in TARGETS:\n    try:\n        open(t, 'w').write('pwned')\n    except OSError:\n        pass\n" % [str(t) for t in targets]
-    v = _judge(evaluator, "12p_RMSNorm", _write(tmp_path, "writer.py", body + _TAIL))
-    assert v.status == "incorrect"
-    assert not any(t.exists() for t in targets)
+    # Real places outside the scratch (home, /var/tmp, /tmp, this checkout), under names of this run's own: a
+    # sandbox that lets a write through fails here, and neither leaves the file behind nor trips another run.
+    tag = uuid.uuid4().hex[:12]
+    targets = [tmp_path / "outside.txt", Path.home() / f".maxkernel-pwned-{tag}",
+               Path(f"/var/tmp/maxkernel-pwned-{tag}"), Path(f"/tmp/maxkernel-pwned-{tag}"),
+               Path(__file__).with_name(f"pwned_{tag}.py")]
+    body = ("TARGETS = %r\nfor t in TARGETS:\n    try:\n        open(t, 'w').write('pwned')\n    except OSError:\n"
+            "        pass\n" % [str(t) for t in targets])
+    try:
+        v = _judge(evaluator, "12p_RMSNorm", _write(tmp_path, "writer.py", body + _TAIL))
+        assert v.status == "incorrect"
+        assert [t for t in targets if t.exists()] == []
+    finally:
+        for t in targets:
+            t.unlink(missing_ok=True)
 
 
 def test_no_network_from_the_sandbox(evaluator, tmp_path):
