@@ -1,6 +1,7 @@
 """`adk eval` and AgentEvaluator run the shipped smoke eval set offline: replay model, real tools, real harness."""
 
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -36,21 +37,20 @@ def offline_env(data_dir: Path) -> dict:
 
 
 def test_adk_eval_cli_passes_the_smoke_set_offline(tmp_path):
-    history = AUTO / ".adk" / "eval_history"
-    before = set(history.glob("*")) if history.is_dir() else set()
+    # adk eval keeps its results in <agent folder>/.adk/eval_history: it runs a copy of the app's folder, so
+    # they land under tmp_path and not in the package.
+    agent = tmp_path / "agents" / "auto"
+    shutil.copytree(AUTO, agent, ignore=shutil.ignore_patterns("__pycache__", ".adk"))
     # cwd is a scratch folder so no developer .env can supply credentials or settings.
-    r = subprocess.run([sys.executable, "-m", "google.adk.cli", "eval", str(AUTO), str(smoke_eval_set_path()),
+    r = subprocess.run([sys.executable, "-m", "google.adk.cli", "eval", str(agent), str(smoke_eval_set_path()),
                         "--config_file_path", str(smoke_config_path()), "--print_detailed_results"],
                        capture_output=True, text=True, env=offline_env(tmp_path / "data"), cwd=tmp_path, timeout=900)
-    try:
-        out = r.stdout + r.stderr
-        assert r.returncode == 0, out[-4000:]
-        assert "jaxbench_smoke:\n  Tests passed: 2\n  Tests failed: 0" in r.stdout, out[-4000:]
-        # The agent's kernels were written where the settings said, and the metrics judged them.
-        assert len(list((tmp_path / "data" / "workspaces").glob("*/best_kernel.py"))) == 2
-    finally:
-        for f in set(history.glob("*")) - before if history.is_dir() else ():
-            f.unlink()  # adk eval writes its results beside the agent; leave the tree as it was
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "jaxbench_smoke:\n  Tests passed: 2\n  Tests failed: 0" in r.stdout, out[-4000:]
+    # The agent's kernels were written where the settings said, and the metrics judged them.
+    assert len(list((tmp_path / "data" / "workspaces").glob("*/best_kernel.py"))) == 2
+    assert [p.name.endswith(".evalset_result.json") for p in (agent / ".adk" / "eval_history").iterdir()] == [True]
 
 
 async def test_agent_evaluator_runs_the_smoke_set(tmp_path, monkeypatch):
