@@ -113,10 +113,10 @@ def test_graph_picture_colours_verdicts_and_labels_speedups(tmp_path, config):
     g = Graph(tmp_path)
     page = render_html(g, "beam search")
     assert page.startswith("<!doctype html>") and "<svg" in page and "<script" not in page
-    for n in g.nodes():
-        assert f">{n.id}</text>" in page
-        if n.speedup is not None:
-            assert f">{n.speedup:.2f}x</text>" in page
+    timed = [n for n in g.nodes() if n.speedup is not None]
+    assert timed and len(timed) < len(g.nodes())  # some kernels have a speedup to label, some failed
+    assert all(f">{n.id}</text>" in page for n in g.nodes())
+    assert all(f">{n.speedup:.2f}x</text>" in page for n in timed)
     assert "#2e9d4f" in page  # correct kernels are green
     assert page.count("<line ") == len(g.nodes())  # one edge per node (to its parent or the task)
     assert (tmp_path / "graph.html").read_text().count("<circle") == len(g.nodes())
