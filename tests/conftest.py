@@ -1,7 +1,9 @@
-"""Shared test set-up: CPU-only JAX, a private reference cache, and a shared sandboxed evaluator."""
+"""Shared test set-up: CPU-only JAX, a private reference cache, a shared sandboxed evaluator, and a run that
+fails when it leaves files behind."""
 
 import os
 import tempfile
+from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
@@ -12,6 +14,11 @@ os.environ["MAXKERNEL_CACHE_DIR"] = os.environ.get("MAXKERNEL_TEST_CACHE_DIR") o
 import pytest  # noqa: E402
 
 import _extras  # noqa: E402  (tests/ is on sys.path: pytest puts a conftest's folder there)
+import _tree_guard  # noqa: E402
+
+_REPO = Path(__file__).resolve().parents[1]
+_BEFORE = pytest.StashKey[dict]()
+_LEFT = pytest.StashKey[list]()
 
 
 def pytest_addoption(parser):
@@ -22,6 +29,35 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     _extras.set_required(config.getoption(_extras.OPTION))
+
+
+def pytest_sessionstart(session):
+    if hasattr(session.config, "workerinput"):
+        return  # a pytest-xdist worker: the controller's snapshot covers the whole run
+    before = _tree_guard.snapshot(_REPO)  # None outside a git checkout: nothing to compare against
+    if before is not None:
+        session.config.stash[_BEFORE] = before
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A run that wrote into the checkout or the hostile kernels' targets fails, even if every test passed."""
+    before = session.config.stash.get(_BEFORE, None)
+    after = _tree_guard.snapshot(_REPO) if before is not None else None
+    left = _tree_guard.changes(before, after) if after is not None else []
+    if left:
+        session.config.stash[_LEFT] = left
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    left = config.stash.get(_LEFT, [])
+    if left:
+        terminalreporter.section("files that appeared or changed during the run", red=True)
+        for line in left:
+            terminalreporter.write_line(line)
+        terminalreporter.write_line("A test wrote outside its tmp_path (or the checkout was edited during the run): "
+                                    "give it a path under tmp_path, or have it clean up.", red=True)
 
 
 @pytest.fixture(scope="session")
