@@ -12,6 +12,7 @@ pytestmark = pytest.mark.integration
 
 def test_reference_gemm_compiles_for_every_tpu_chip():
     results = compile_many("8p_GEMM", str(ROOT / "tests/harness/kernels/gemm_tiled.py"), list(TPU_CHIPS))
+    assert [r.chip for r in results] == list(TPU_CHIPS)  # one result per chip: an empty list is no pass
     for r in results:
         assert r.ok, r.summary
         assert r.stage == "compile" and r.vmem_bytes and r.vmem_bytes < r.vmem_limit_bytes
