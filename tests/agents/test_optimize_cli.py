@@ -1,12 +1,9 @@
 """`maxkernel optimize` end to end: the replay model through the real Runner, tools and harness; usage errors."""
 
 import json
-from pathlib import Path
 
 import pytest
 from _optimize_helpers import agent_env, mk
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +41,7 @@ def test_replay_run_answers_a_correct_kernel_with_its_costs(replay_run):
 def test_the_answer_is_rejudged_correct_by_evaluate(replay_run, tmp_path):
     _, out = replay_run
     r = mk("evaluate", "--task", "12p_RMSNorm", "--kernel", str(out / "kernel.py"), "--json",
-           env=agent_env(tmp_path / "data"), cwd=ROOT)
+           env=agent_env(tmp_path / "data"), cwd=tmp_path)  # no .env of the checkout is read
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout)["status"] == "correct"
 
