@@ -2,14 +2,16 @@
 fails when it leaves files behind."""
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # several test processes may compile at once
-# References computed by the tests go to a cache of their own, never the user's.
-os.environ["MAXKERNEL_CACHE_DIR"] = os.environ.get("MAXKERNEL_TEST_CACHE_DIR") or tempfile.mkdtemp(prefix="mk-test-cache-")
+# References computed by the tests go to a cache of their own, never the user's; one made here goes at the end.
+_OWN_CACHE = None if os.environ.get("MAXKERNEL_TEST_CACHE_DIR") else tempfile.mkdtemp(prefix="mk-test-cache-")
+os.environ["MAXKERNEL_CACHE_DIR"] = os.environ.get("MAXKERNEL_TEST_CACHE_DIR") or _OWN_CACHE
 
 import pytest  # noqa: E402
 
@@ -29,6 +31,11 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     _extras.set_required(config.getoption(_extras.OPTION))
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE:
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
 def pytest_sessionstart(session):
