@@ -75,3 +75,13 @@ def evaluator():
 
     with Evaluator(WorkerPool(size=1)) as ev:
         yield ev
+
+
+@pytest.fixture(autouse=True)
+def _unit_tier_is_light(request, monkeypatch):
+    """Tests marked `unit` may not start sandboxed jobs or libtpu compiles (tests/_tiers.py)."""
+    if request.node.get_closest_marker("unit") is not None:
+        from _tiers import forbid_heavy_work
+
+        forbid_heavy_work(monkeypatch)
+    yield

@@ -53,8 +53,18 @@ def test_adk_eval_cli_passes_the_smoke_set_offline(tmp_path):
     assert [p.name.endswith(".evalset_result.json") for p in (agent / ".adk" / "eval_history").iterdir()] == [True]
 
 
-async def test_agent_evaluator_runs_the_smoke_set(tmp_path, monkeypatch):
+async def test_agent_evaluator_runs_an_eval_set_from_pytest(tmp_path, monkeypatch):
+    """The pytest entry point on a one-case set built by the same code as the shipped one (the two-case smoke
+    set already runs through `adk eval` above; running it twice would only double the time)."""
+    import shutil
+
     from google.adk.evaluation.agent_evaluator import AgentEvaluator
+
+    from maxkernel.evals.evalsets import build_eval_set, write_eval_set
+
+    one = write_eval_set(build_eval_set(["12p_RMSNorm"], size="smoke", eval_set_id="jaxbench_one"),
+                         tmp_path / "one" / "jaxbench_one.evalset.json")
+    shutil.copy(smoke_config_path(), one.with_name("test_config.json"))  # AgentEvaluator reads it from beside the set
 
     for key in [k for k in os.environ if k.startswith("MAXKERNEL_") and k != "MAXKERNEL_CACHE_DIR"] + list(_CREDENTIALS):
         monkeypatch.delenv(key, raising=False)
@@ -72,9 +82,8 @@ async def test_agent_evaluator_runs_the_smoke_set(tmp_path, monkeypatch):
         shim.agent = types.SimpleNamespace(app=app, root_agent=app.root_agent)
         monkeypatch.setitem(sys.modules, "maxkernel_eval_auto", shim)
         # Raises AssertionError naming the metric when any case fails; the config beside the set is used.
-        await AgentEvaluator.evaluate("maxkernel_eval_auto", str(smoke_eval_set_path()), num_runs=1,
-                                      print_detailed_results=False)
-        assert len(list((tmp_path / "data" / "workspaces").glob("*/best_kernel.py"))) == 2
+        await AgentEvaluator.evaluate("maxkernel_eval_auto", str(one), num_runs=1, print_detailed_results=False)
+        assert len(list((tmp_path / "data" / "workspaces").glob("*/best_kernel.py"))) == 1
     finally:
         monkeypatch.undo()
         get_settings.cache_clear()

@@ -35,6 +35,7 @@ def need(chip, supported):
 
 # ---- stage 1: lowering (no libtpu needed) --------------------------------------------------------------
 
+@pytest.mark.unit
 @pytest.mark.parametrize("chip", ["v5e", "7x"])
 def test_block_shape_rule_is_caught_at_lowering(chip):
     r = compile_job("bad_block_shape.py", chip)
@@ -43,24 +44,28 @@ def test_block_shape_rule_is_caught_at_lowering(chip):
     assert "multiples of 8 and 128" in r["hint"]
 
 
+@pytest.mark.unit
 def test_64_bit_types_are_caught_at_lowering():
     r = compile_job("int64_kernel.py", "v6e", task="12p_RMSNorm")
     assert (r["ok"], r["stage"]) == (False, "lower")
     assert "64-bit" in r["error"] and "32-bit" in r["hint"]
 
 
+@pytest.mark.unit
 def test_gpu_target_lowers_and_refuses_tpu_params():
     r = compile_job("good_matmul.py", "h100", size="smoke")
     assert (r["ok"], r["stage"]) == (False, "lower")
     assert "TPU kernel" in r["hint"]
 
 
+@pytest.mark.unit
 def test_native_on_a_cpu_host_says_no_accelerator():
     r = compile_job("good_matmul.py", "native", size="smoke")
     assert (r["ok"], r["stage"]) == (False, "native")
     assert "no accelerator" in r["error"]
 
 
+@pytest.mark.unit
 def test_kernel_that_fails_to_import_is_a_lowering_failure(tmp_path):
     bad = tmp_path / "syntax.py"
     bad.write_text("def workload(a, b):\n    return a +\n")
@@ -68,6 +73,7 @@ def test_kernel_that_fails_to_import_is_a_lowering_failure(tmp_path):
     assert (r["ok"], r["stage"]) == (False, "lower") and "SyntaxError" in r["error"]
 
 
+@pytest.mark.unit
 def test_usage_errors_raise(tmp_path):
     with pytest.raises(ValueError, match="valid chips"):
         compile_job("good_matmul.py", "v9")
@@ -166,10 +172,12 @@ def test_good_kernel_compiles_for_every_supported_chip(chip, supported):
     ("RESOURCE_EXHAUSTED: Shared memory size limit exceeded", "h100", "num_stages"),
     ("E2001: Unsupported matmul RHS type on target: vector<128x128xf8E5M2>", "v4", "v5e, v5p, v6e or 7x"),
 ])
+@pytest.mark.unit
 def test_hint_families(text, chip, expect):
     assert expect in hint_for(text, chips.get(chip))
 
 
+@pytest.mark.unit
 def test_no_hint_for_unknown_text():
     assert hint_for("something else entirely", "v5e") is None
     assert hint_for("", None) is None
