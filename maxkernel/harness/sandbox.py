@@ -265,6 +265,11 @@ class WorkerPool:
     def run(self, job: dict, files: dict[str, bytes | Path] | None = None, timeout: float | None = None) -> SandboxResult:
         """Run one job in a fresh worker, with `files` copied into its scratch folder first."""
         worker = self.acquire()
+        if worker.proc.poll() is not None:
+            # A pre-started worker can die between acquire and now (bwrap's --die-with-parent fires when the
+            # thread that started it exits): that is no verdict on the candidate, so start a fresh one.
+            worker.discard()
+            worker = Worker.start(self.root, self.memory_mb, self.warm_compiler)
         for name, content in (files or {}).items():
             dest = worker.scratch / name
             dest.parent.mkdir(parents=True, exist_ok=True)
