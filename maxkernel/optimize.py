@@ -47,18 +47,14 @@ def _task_spec(task: str, size: str) -> str:
     return t.name if t.source == "jaxbench" else str(t.path)
 
 
-def _one_line(text: str, limit: int = 200) -> str:
-    """A message folded onto one line: a multi-line error keeps its reason ("... failed:\\n<why>")."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
 def _describe(event) -> list[str]:
     """Progress lines for one event: who spoke (the text on one line) and which tools were called."""
+    from maxkernel.agentlib.root._common import one_line
+
     lines = []
     for part in (event.content.parts if event.content else None) or []:
         if part.text and part.text.strip() and not getattr(part, "thought", False):
-            lines.append(f"{event.author}: {_one_line(part.text)}")
+            lines.append(f"{event.author}: {one_line(part.text)}")
         elif part.function_call:
             args = ", ".join(f"{k}={str(v)[:40]!r}" for k, v in (part.function_call.args or {}).items()
                              if k not in ("content", "source", "code"))

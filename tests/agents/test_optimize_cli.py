@@ -1,6 +1,7 @@
 """`maxkernel optimize` end to end: the replay model through the real Runner, tools and harness; usage errors."""
 
 import json
+import re
 
 import pytest
 from _optimize_helpers import agent_env, mk
@@ -34,6 +35,8 @@ def test_replay_run_answers_a_correct_kernel_with_its_costs(replay_run):
     # Progress went to stderr: the replay label, the sub-agents and their tool calls.
     assert "model: replay (offline replay model" in r.stderr
     assert "implementer -> write_file(" in r.stderr and "debugger:" in r.stderr
+    # The debug round's line carries the compiler's reason, not just the heading of a multi-line message.
+    assert re.search(r"Debug round 1: compile_kernel for v5e failed: \S", r.stderr), r.stderr[-3000:]
 
 
 @pytest.mark.integration

@@ -12,10 +12,17 @@ from google.genai import types
 
 from maxkernel.settings import get_settings
 
-__all__ = ["find_task", "say", "save_text_artifact", "session_setup"]
+__all__ = ["find_task", "one_line", "say", "save_text_artifact", "session_setup"]
 
 _TASK = re.compile(r"\b(\d{1,2}[pk]_[A-Za-z0-9_]+)\b")
 _SIZE = re.compile(r"\b(smoke|full)\b")
+
+
+def one_line(text: str | None, limit: int = 200) -> str:
+    """A message folded onto one line and cut at `limit` characters: a multi-line error keeps its reason
+    ("compile_kernel for v5e failed:\n<why>" reads "compile_kernel for v5e failed: <why>")."""
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def find_task(text: str) -> str | None:

@@ -19,7 +19,7 @@ from google.adk.agents import BaseAgent
 from google.adk.agents.invocation_context import InvocationContext
 from google.adk.events import Event
 
-from maxkernel.agentlib.root._common import find_task, request_text, save_text_artifact, say, session_setup
+from maxkernel.agentlib.root._common import find_task, one_line, request_text, save_text_artifact, say, session_setup
 from maxkernel.agentlib.usage import USAGE_KEY
 from maxkernel.settings import get_settings
 
@@ -135,7 +135,7 @@ class AutoOrchestrator(BaseAgent):
                 yield say(ctx, self.name, "", {"debug_round": 0})
                 yield (False, problem)
                 return
-            yield say(ctx, self.name, f"Debug round {round_ + 1}: {problem.splitlines()[0][:300]}",
+            yield say(ctx, self.name, f"Debug round {round_ + 1}: {one_line(problem, 300)}",
                       {"last_error": problem, "debug_round": round_ + 1})
             async for ev in agents["debugger"].run_async(ctx):
                 yield ev
@@ -208,7 +208,7 @@ class AutoOrchestrator(BaseAgent):
     @staticmethod
     def _verdict_summary(verdict, note: str) -> str:
         if verdict is None:
-            return f"no kernel passed compile and tests ({note.splitlines()[0][:200] if note else 'no detail'})"
+            return f"no kernel passed compile and tests ({one_line(note) or 'no detail'})"
         s = f"harness verdict {verdict.status.upper()}: {verdict.reason[:300]}"
         if verdict.speedup is not None:
             s += f"; {verdict.speedup:.3g}x vs baseline ({'CPU interpreter time' if 'cpu_timing' in verdict.flags else verdict.backend})"

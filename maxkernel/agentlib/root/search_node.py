@@ -13,7 +13,7 @@ from google.adk.agents import BaseAgent
 from google.adk.agents.invocation_context import InvocationContext
 from google.adk.events import Event
 
-from maxkernel.agentlib.root._common import say
+from maxkernel.agentlib.root._common import one_line, say
 
 __all__ = ["NodeBuilder", "SEARCH_KEY", "register", "lookup", "unregister"]
 
@@ -49,7 +49,7 @@ class NodeBuilder(BaseAgent):
             return
         agents = {a.name: a for a in self.sub_agents}
         kernel = Path(state["workspace"]) / "kernel.py"
-        yield say(ctx, self.name, f"Node {state.get('node_id')}: {state.get('advice', '').splitlines()[0][:200]}",
+        yield say(ctx, self.name, f"Node {state.get('node_id')}: {one_line(state.get('advice'))}",
                   {"debug_round": 0})
         for role in ("planner", "implementer"):
             async for ev in agents[role].run_async(ctx):
@@ -66,10 +66,10 @@ class NodeBuilder(BaseAgent):
                     break
                 problem = check.feedback
             if round_ == int(state.get("max_debug_rounds", 2)):
-                yield say(ctx, self.name, f"Giving up after {round_} debug rounds: {problem.splitlines()[0][:300]}",
+                yield say(ctx, self.name, f"Giving up after {round_} debug rounds: {one_line(problem, 300)}",
                           {"debug_round": 0})
                 break
-            yield say(ctx, self.name, f"Debug round {round_ + 1}: {problem.splitlines()[0][:300]}",
+            yield say(ctx, self.name, f"Debug round {round_ + 1}: {one_line(problem, 300)}",
                       {"last_error": problem, "debug_round": round_ + 1})
             async for ev in agents["debugger"].run_async(ctx):
                 yield ev
