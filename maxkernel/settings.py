@@ -20,6 +20,8 @@ class Settings(BaseSettings):
     cache_dir: Path = Field(default=Path.home() / ".cache" / "maxkernel",
                             description="Reference outputs and compile caches; hidden from candidate code.")
     sandbox: str = Field(default="auto", description="auto | bwrap | none (none runs candidates with rlimits only).")
+    sandbox_env: str = Field(default="", description="Comma-separated names of extra environment variables a sandboxed "
+                             "job may see (nothing else passes but what the job needs); every verdict lists them.")
     eval_seeds: int = Field(default=3, ge=1, description="Seeds per evaluation.")
     heldout_seed_base: int = Field(default=7919, description="First seed of the held-out set used for final verdicts.")
     eval_timeout_s: float = Field(default=300.0, gt=0, description="Wall-clock limit for one candidate run.")
@@ -52,6 +54,10 @@ class Settings(BaseSettings):
     max_wall_s: float | None = Field(default=None)
     chip: str = Field(default="v5e", description="Target chip for compile checks, roofline and tuning.")
 
+
+    @property
+    def sandbox_env_names(self) -> list[str]:
+        return [n.strip() for n in self.sandbox_env.split(",") if n.strip()]
 
     @field_validator("cache_dir", "data_dir", mode="after")
     @classmethod

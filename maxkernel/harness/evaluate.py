@@ -86,7 +86,8 @@ class Evaluator:
             raise ValueError(f"task {task.name} has no size {size!r} (has {', '.join(task.sizes)})")
         seeds = list(seeds if seeds is not None else range(self.settings.eval_seeds))
         meta, ref_dir = self.references(task, size, seeds)
-        base = dict(task=task.name, kernel_file=str(kernel), size=size, isolation=self.pool_isolation())
+        base = dict(task=task.name, kernel_file=str(kernel), size=size, isolation=self.pool_isolation(),
+                    passed_env=self.settings.sandbox_env_names)
 
         spec, task_files = task.for_job()
         files: dict = {"kernel.py": kernel.read_bytes(), **task_files}

@@ -23,12 +23,18 @@ from maxkernel.settings import get_settings
 
 __all__ = ["SandboxResult", "Worker", "WorkerPool", "isolation_mode", "run_job"]
 
-# Variables a kernel may need to find its device; everything else (API keys, cloud credentials) is dropped.
-_ENV_ALLOW = re.compile(r"^(PATH|LANG|LC_ALL|TZ|JAX_.*|XLA_FLAGS|TPU_.*|LIBTPU_.*|CUDA_.*|NVIDIA_.*|LD_LIBRARY_PATH|TF_CPP_.*)$")
-_ENV_DENY = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.I)
-# Home-directory files that hold credentials: masked even though the rest of the file system is readable.
-_SECRET_PATHS = (".config/gcloud", ".ssh", ".aws", ".azure", ".kube", ".docker", ".netrc", ".git-credentials",
-                 ".pypirc", ".config/gh")
+# The environment a job gets, by exact name: what the interpreter, JAX and the devices need. Anything else
+# reaches a job only when the user names it in MAXKERNEL_SANDBOX_ENV (listed in every verdict).
+_ENV_PASS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "JAX_PLATFORMS", "JAX_ENABLE_X64", "XLA_FLAGS",
+             "LIBTPU_INIT_ARGS", "TPU_VISIBLE_CHIPS", "TPU_ACCELERATOR_TYPE", "CUDA_VISIBLE_DEVICES",
+             "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
+# /etc entries the interpreter and its libraries read (the dynamic loader, users, time zone, certificates).
+_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "passwd", "group", "nsswitch.conf",
+        "hosts", "host.conf", "ssl", "ca-certificates", "alternatives", "os-release", "protocols", "services",
+        "mime.types")
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+SANDBOX_UID = 65534  # nobody: the candidate's uid inside its user namespace, with every capability dropped
+_TMPFS_BYTES = 512 << 20  # /tmp, /run, /dev/shm inside the sandbox
 
 
 @dataclass
@@ -55,76 +61,95 @@ class SandboxResult:
 
 @lru_cache(maxsize=1)
 def isolation_mode() -> str:
-    """'bwrap' when bubblewrap works here, else 'rlimits' (with a warning): no namespaces, limits only."""
+    """'bwrap' when bubblewrap can run a job unprivileged here (a user namespace, no capabilities), else 'none'
+    (with a warning, said once): rlimits and a clean environment only."""
     wanted = get_settings().sandbox
     if wanted == "none":
-        return "rlimits"
+        return "none"
     exe = shutil.which("bwrap")
     if exe:
-        probe = subprocess.run([exe, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
+        probe = subprocess.run([exe, *_USER_NS, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
                                capture_output=True, timeout=30)
         if probe.returncode == 0:
             return "bwrap"
     if wanted == "bwrap":
-        raise RuntimeError("MAXKERNEL_SANDBOX=bwrap but bubblewrap is missing or does not work here "
-                           "(install Debian's 'bubblewrap')")
-    warnings.warn("bubblewrap is not available: candidate kernels run with rlimits and a clean environment "
-                  "only, without file-system or network isolation (install Debian's 'bubblewrap')", stacklevel=2)
-    return "rlimits"
+        raise RuntimeError("MAXKERNEL_SANDBOX=bwrap but bubblewrap is missing or cannot make an unprivileged user "
+                           "namespace here (install Debian's 'bubblewrap'; check /proc/sys/user/max_user_namespaces)")
+    warnings.warn("bubblewrap with user namespaces is not available: candidate kernels run with rlimits and a clean "
+                  "environment only, without file-system or network isolation (isolation: none)", stacklevel=2)
+    return "none"
+
+
+_USER_NS = ("--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL",
+            "--disable-userns")
 
 
 def _child_env(scratch: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if _ENV_ALLOW.match(k) and not _ENV_DENY.search(k)}
+    s = get_settings()
+    env = {k: os.environ[k] for k in (*_ENV_PASS, *s.sandbox_env_names) if k in os.environ}
     env.update(HOME=str(scratch), TMPDIR=str(scratch), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
-               TPU_SKIP_MDS_QUERY="1", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+               TPU_SKIP_MDS_QUERY="1", ALLOW_MULTIPLE_LIBTPU_LOAD="1", PYTHONPATH=os.pathsep.join(map(str, _package_roots())))
     env.setdefault("JAX_PLATFORMS", "cpu" if not _accelerator_nodes() else "")
     env.setdefault("PATH", "/usr/bin:/bin")
     return env
 
 
-def _code_roots() -> list[Path]:
-    """Folders under /tmp that hold importable code (sys.path entries, this package): they must stay visible."""
+def _package_roots() -> list[Path]:
+    """The folders holding the maxkernel and jaxbench packages this process runs (a checkout, or site-packages)."""
+    import jaxbench
     import maxkernel
 
-    tmp = Path("/tmp")
-    found = {Path(p).resolve() for p in sys.path if p and Path(p).is_dir()}
-    found.add(Path(maxkernel.__file__).resolve().parent.parent)
-    try:
-        import jaxbench
+    return sorted({Path(maxkernel.__file__).resolve().parent.parent, Path(jaxbench.__file__).resolve().parent.parent})
 
-        found.add(Path(jaxbench.__file__).resolve().parent.parent)
-    except ImportError:
-        pass
-    return sorted(p for p in found if tmp in p.parents and p.parent != tmp / "pytest-of-root")
+
+def _python_trees() -> list[Path]:
+    """What the interpreter needs, wherever it lives (a venv under /tmp, pyenv under the home): its prefixes and
+    the site-packages folders on sys.path, each bound on its own."""
+    import site
+
+    found = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    sites = set(site.getsitepackages()) | {site.getusersitepackages()}
+    found |= {Path(p).resolve() for p in sys.path if p in sites and Path(p).is_dir()}
+    return sorted(found)
 
 
 def _accelerator_nodes() -> list[str]:
     return sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/accel*") + glob.glob("/dev/vfio"))
 
 
-def _bwrap_prefix(scratch: Path) -> list[str]:
-    s = get_settings()
-    args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--unshare-all", "--die-with-parent", "--new-session"]
+def _mounts(scratch: Path) -> list[str]:
+    """Read-only binds by allow-list: system folders, the interpreter, the two packages; nothing of the home,
+    the checkout's other files, the reference cache or /var/tmp. Only the scratch folder is writable."""
+    args: list[str] = []
+    for top in _SYSTEM:
+        p = Path(top)
+        if p.is_symlink():
+            args += ["--symlink", os.readlink(p), top]
+        elif p.is_dir():
+            args += ["--ro-bind", top, top]
+    for name in _ETC:
+        if (Path("/etc") / name).exists():
+            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    system = tuple(Path(t) for t in _SYSTEM)
+    trees = _python_trees() + [Path(__file__).resolve().parents[1]]  # the maxkernel package itself
+    import jaxbench
+
+    trees.append(Path(jaxbench.__file__).resolve().parent)
+    for tree in sorted(set(trees)):
+        if not any(tree == t or t in tree.parents for t in system):
+            args += ["--ro-bind", str(tree), str(tree)]
+    args += ["--ro-bind", "/sys", "/sys", "--dev", "/dev", "--proc", "/proc"]
     for node in _accelerator_nodes():
         args += ["--dev-bind", node, node]
-    # /tmp is hidden, but the code the worker imports may live there (a checkout under /tmp): show it read-only.
-    for root in _code_roots():
-        args += ["--ro-bind", str(root), str(root)]
-    home = Path.home()
-    # Every place maxkernel keeps references or sessions (configured and default), so a candidate cannot
-    # read a cached reference output left by an earlier run with other settings.
-    ours = {s.cache_dir, s.data_dir, home / ".cache" / "maxkernel", home / ".local" / "share" / "maxkernel"}
-    for p in ours:  # created now, so that a worker started before the first reference still hides it
-        p.mkdir(parents=True, exist_ok=True)
-    masked = [home / p for p in _SECRET_PATHS] + sorted(ours) + [Path.cwd() / ".env"]
-    for p in masked:
-        if p.is_dir():
-            args += ["--tmpfs", str(p)]
-        elif p.exists():
-            args += ["--ro-bind", "/dev/null", str(p)]
+    for tmp in ("/tmp", "/run", "/dev/shm"):
+        args += ["--size", str(_TMPFS_BYTES), "--tmpfs", tmp]
+    args += ["--symlink", "/run", "/var/run"]
     args += ["--bind", str(scratch), str(scratch), "--chdir", str(scratch)]
     return args
+
+
+def _bwrap_prefix(scratch: Path) -> list[str]:
+    return ["bwrap", *_USER_NS, "--unshare-all", "--die-with-parent", "--new-session", *_mounts(scratch)]
 
 
 def _limits(memory_mb: int):
@@ -155,7 +180,7 @@ class Worker:
         if warm_compiler:
             cmd.append(f"--warm-compiler={warm_compiler}")
         if mode == "bwrap":
-            cmd = _bwrap_prefix(scratch) + cmd
+            cmd = _bwrap_prefix(scratch) + cmd + ["--isolated"]
         prlimit = shutil.which("prlimit")
         # prlimit sets the limits without a Python preexec_fn, which would force a fork of this (threaded,
         # JAX-importing) process; the fallback does the same from inside the child.

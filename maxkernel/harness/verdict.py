@@ -61,7 +61,8 @@ class Verdict(_Frozen):
     timing_label: str = ""  # what the times measure (e.g. CPU/interpreter wall time: not kernel performance)
     flags: list[str] = Field(default_factory=list)
     integrity: dict = Field(default_factory=dict)  # the FLOP census: pallas_share, pallas_calls, ...
-    isolation: str = ""
+    isolation: str = ""  # bwrap (unprivileged user namespace, allow-listed mounts) or none
+    passed_env: list[str] = Field(default_factory=list)  # extra variables the user let into the sandbox
     compile_s: float | None = None
     wall_s: float = 0.0
     overhead_s: float | None = None  # harness time beyond the candidate's own compile and runs

@@ -78,8 +78,38 @@ def _preload_compiler(chip_name: str) -> None:
                       "size": "smoke"}, Path(sys.argv[1]))
 
 
+def privilege_problems() -> list[str]:
+    """What this process could use to break out of its sandbox: capabilities, uid 0, a working remount."""
+    import ctypes
+    import errno
+
+    problems = []
+    status = Path("/proc/self/status").read_text()
+    for field in ("CapEff", "CapPrm", "CapBnd", "CapAmb"):
+        value = next((ln.split()[1] for ln in status.splitlines() if ln.startswith(field + ":")), None)
+        if value is None or int(value, 16) != 0:
+            problems.append(f"{field} {value}")
+    if os.getuid() == 0 or os.geteuid() == 0:
+        problems.append("uid 0")
+    libc = ctypes.CDLL(None, use_errno=True)
+    ms_remount, ms_bind, ms_rdonly = 32, 4096, 1
+    if libc.mount(b"none", b"/", None, ms_remount | ms_bind | ms_rdonly, None) == 0:
+        problems.append("mount succeeded")
+    elif ctypes.get_errno() != errno.EPERM:
+        problems.append(f"mount failed with {errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno())}, not EPERM")
+    return problems
+
+
 def main() -> None:
     scratch = Path(sys.argv[1])
+    if "--isolated" in sys.argv[2:]:
+        problems = privilege_problems()
+        if problems:  # checked before any job (and so any candidate code) runs
+            sys.stdin.buffer.read()
+            _write(scratch, {"status": "error", "stage": "sandbox",
+                             "error": "refused to run the candidate: the sandbox is privileged (" + ", ".join(problems)
+                                      + "); it must hold no capability and be unable to mount"})
+            os._exit(0)
     _preload()
     for arg in sys.argv[2:]:
         if arg.startswith("--warm-compiler="):
