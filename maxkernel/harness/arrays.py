@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -33,9 +34,9 @@ def save_arrays(path: Path, arrays) -> None:
     tmp.replace(path)
 
 
-def load_arrays(path: Path) -> list[np.ndarray]:
-    """Read what save_arrays wrote; refuses pickled content."""
-    with np.load(path, allow_pickle=False) as z:
+def load_arrays(source: Path | bytes) -> list[np.ndarray]:
+    """Read what save_arrays wrote (a path, or the file's bytes); refuses pickled content."""
+    with np.load(io.BytesIO(source) if isinstance(source, bytes) else source, allow_pickle=False) as z:
         names = json.loads(bytes(z["dtypes"]).decode())
         out = []
         for i, name in enumerate(names):

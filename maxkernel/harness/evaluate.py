@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 from pathlib import Path
 
 from maxkernel.harness.arrays import load_arrays
+from maxkernel.harness.copyout import CopyOutError, read_bytes
 from maxkernel.harness.integrity import Census, judge
 from maxkernel.harness.numerics import compare
 from maxkernel.harness.sandbox import SandboxResult, WorkerPool
@@ -64,7 +64,7 @@ class Evaluator:
                 for s in missing:
                     for kind in ("inputs", "ref"):
                         tmp = folder / f".{kind}_{s}.npz.{time.monotonic_ns()}"
-                        shutil.copyfile(res.scratch / f"{kind}_{s}.npz", tmp)
+                        tmp.write_bytes(read_bytes(res.scratch, f"{kind}_{s}.npz"))
                         tmp.replace(folder / f"{kind}_{s}.npz")
                 tmp = folder / f".meta.json.{time.monotonic_ns()}"
                 tmp.write_text(json.dumps(res.result["meta"]))
@@ -113,6 +113,15 @@ class Evaluator:
         return isolation_mode()
 
     def _judge(self, res: SandboxResult, meta: dict, ref_dir: Path, seeds: list[int], base: dict) -> Verdict:
+        try:
+            return self._judge_result(res, meta, ref_dir, seeds, base)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            # result.json is written inside the candidate's process: a malformed one is an error, never a crash here.
+            return Verdict(**base, status="error", stage="sandbox",
+                           reason=f"the candidate's process returned a malformed result ({type(exc).__name__}: "
+                                  f"{str(exc)[:200]})")
+
+    def _judge_result(self, res: SandboxResult, meta: dict, ref_dir: Path, seeds: list[int], base: dict) -> Verdict:
         r = res.result or {}
         if res.status == "timeout":
             return Verdict(**base, status="timeout", stage="sandbox",
@@ -140,9 +149,14 @@ class Evaluator:
         for s in seeds:
             refs = load_arrays(ref_dir / f"ref_{s}.npz")
             name = r["outputs"].get(str(s))
-            outs = load_arrays(res.scratch / name) if name and (res.scratch / name).is_file() else []
+            outs, refused = [], ""
+            if name:
+                try:  # a name the candidate's process wrote: only a regular file inside its scratch is read
+                    outs = load_arrays(read_bytes(res.scratch, str(name)))
+                except (CopyOutError, OSError, ValueError, KeyError) as exc:
+                    refused = f" (its output file was refused: {exc})"
             if len(outs) != len(refs):
-                check = SeedCheck(seed=s, ok=False, reason=f"{len(outs)} outputs, expected {len(refs)}")
+                check = SeedCheck(seed=s, ok=False, reason=f"{len(outs)} outputs, expected {len(refs)}{refused}")
             else:
                 ms = [compare(i, o, ref, meta["out_dtypes"][i], meta["tolerances"][i])
                       for i, (o, ref) in enumerate(zip(outs, refs))]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from maxkernel.harness.copyout import CopyOutError, read_json
 from maxkernel.settings import get_settings
 
 __all__ = ["SandboxResult", "Worker", "WorkerPool", "isolation_mode", "run_job"]
@@ -209,16 +210,20 @@ class Worker:
             self.kill()
         wall = time.monotonic() - t0
         result = None
-        result_file = self.scratch / "result.json"
         if status == "ok":
             try:
-                result = json.loads(result_file.read_text())
-            except (OSError, ValueError):
-                status = "crashed"
+                result = read_json(self.scratch, "result.json")
+            except CopyOutError as exc:
+                if (self.scratch / "result.json").exists() or (self.scratch / "result.json").is_symlink():
+                    status, result = "error", {"status": "error", "stage": "sandbox",
+                                               "error": f"the job's result was refused: {exc}"}
+                else:
+                    status = "crashed"
             else:
                 if not isinstance(result, dict):
-                    status, result = "crashed", None
-                elif result.get("status") == "error" and result.get("stage") == "worker":
+                    status, result = "error", {"status": "error", "stage": "sandbox",
+                                               "error": "the job's result.json is not a JSON object"}
+                elif result.get("status") == "error" and result.get("stage") in ("worker", "sandbox"):
                     status = "error"
         return SandboxResult(status, result, self.proc.returncode, self.stderr_tail(), wall, self.isolation, self)
 
@@ -234,8 +239,11 @@ class Worker:
             pass
 
     def stderr_tail(self, limit: int = 4000) -> str:
+        """The end of the job's log, read from its last 64 KiB only (a log flood costs nothing to read)."""
         try:
-            data = self.log.read_bytes()
+            with open(self.log, "rb") as f:
+                f.seek(max(f.seek(0, os.SEEK_END) - (64 << 10), 0))
+                data = f.read()
         except OSError:
             return ""
         text = data[-limit:].decode(errors="replace")

@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from maxkernel import chips
+from maxkernel.harness.copyout import MAX_RESULT_BYTES, CopyOutError, read_bytes
 from maxkernel.harness.sandbox import WorkerPool
 from maxkernel.settings import get_settings
 
@@ -95,17 +96,25 @@ def compile_many(task: str, kernel: str, chip_names: list[str], configs: list[di
     res = compile_pool().run(job, {"kernel.py": Path(kernel).read_bytes(), **task_files}, budget)
     try:
         done = []
-        progress = res.scratch / PROGRESS_FILE if res.scratch else None
-        if progress is not None and progress.is_file():
-            done = [json.loads(line) for line in progress.read_text().splitlines() if line.strip()]
+        if res.scratch is not None:
+            try:  # written inside the sandbox: a regular file of JSON lines, or nothing is taken from it
+                text = read_bytes(res.scratch, PROGRESS_FILE, MAX_RESULT_BYTES).decode(errors="replace")
+                done = [r for r in (json.loads(line) for line in text.splitlines() if line.strip()) if isinstance(r, dict)]
+            except (CopyOutError, ValueError):
+                done = []
         why = (res.result or {}).get("error") or f"the compile process {res.status} after {res.wall_s:.0f} s"
         # Errors name the sandbox's copy of the kernel; say the user's file instead.
         inside = str(res.scratch / "kernel.py") if res.scratch else None
-        for r in done:
-            for k in ("error", "hint"):
-                if inside and r.get(k):
-                    r[k] = r[k].replace(inside, str(kernel))
-        out = [_result(r, size) for r in done[:len(wanted)]]
+        out = []
+        for r in done[:len(wanted)]:
+            try:
+                for k in ("error", "hint"):
+                    if inside and r.get(k):
+                        r[k] = str(r[k]).replace(inside, str(kernel))
+                out.append(_result(r, size))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a malformed record: stop trusting it
+                why = f"the compile job wrote a malformed record ({type(exc).__name__}: {str(exc)[:200]})"
+                break
         for cfg, chip in wanted[len(out):]:
             out.append(CompileResult(ok=False, summary=f"FAILED: not compiled: {why}", chip=chip, stage="sandbox",
                                      error=why, config=cfg))

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from maxkernel import chips
+from maxkernel.harness.copyout import CopyOutError, copy_tree
 from maxkernel.harness.sandbox import WorkerPool
 from maxkernel.settings import get_settings
 from maxkernel.tasks import TaskError, load_task
@@ -59,6 +60,8 @@ class ProfileResult(BaseModel):
     runs: dict[str, int] = Field(default_factory=dict)
     trace: str | None = Field(None, description="The saved .xplane.pb; open its out_dir with TensorBoard/XProf.")
     out_dir: str | None = None
+    skipped_files: list[str] = Field(default_factory=list,
+                                     description="Trace entries not copied out (links, devices, oversized), with why.")
     roofline: Roofline | None = None
     cpu_note: str | None = None
     wall_s: float = 0.0
@@ -109,15 +112,21 @@ def xprof_capture(task: str, kernel: str, size: str = "smoke", out_dir: str | No
                 return _failure(res, r, kernel, time.monotonic() - t0)
             try:
                 dest = _out_dir(out_dir, spec.name)
-                shutil.copytree(res.scratch / job["trace_dir"], dest, dirs_exist_ok=True)
-            except OSError as exc:
+                # The trace folder was written by the candidate's process: regular files only, no links followed.
+                taken = copy_tree(res.scratch, job["trace_dir"], dest)
+            except (OSError, CopyOutError) as exc:
                 return ProfileResult(ok=False, stage="output", error=str(exc), backend=r.get("backend", ""),
                                      summary=f"Profiled, but the trace could not be saved: {exc}")
         finally:
             res.cleanup()
-    xplanes = [f for f in r["trace_files"] if f.endswith(".xplane.pb")]
-    trace = dest / Path(xplanes[-1]).relative_to(job["trace_dir"]) if xplanes else None
-    return _result(r, spec, size, target, dest, trace, time.monotonic() - t0)
+    xplanes = [f for f in taken.copied if f.endswith(".xplane.pb")]
+    trace = dest / xplanes[-1] if xplanes else None
+    try:
+        out = _result(r, spec, size, target, dest, trace, time.monotonic() - t0)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return ProfileResult(ok=False, stage="sandbox", error=f"malformed profile result: {type(exc).__name__}: {exc}",
+                             summary="Not profiled: the profile job returned a malformed result")
+    return out.model_copy(update={"skipped_files": taken.skipped})
 
 
 def _out_dir(out_dir: str | None, task_name: str) -> Path:

@@ -1,0 +1,147 @@
+"""Taking files out of a job's scratch folder: regular files only, never through a link, by names relative to
+the scratch, with size caps. Everything in the scratch was written by candidate code and is treated as hostile."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+__all__ = ["CopyOutError", "TreeCopy", "read_bytes", "read_json", "copy_tree", "MAX_FILE_BYTES", "MAX_TREE_BYTES"]
+
+MAX_FILE_BYTES = 256 << 20  # one output array file or trace file
+MAX_TREE_BYTES = 1 << 30  # a whole profile trace
+MAX_RESULT_BYTES = 8 << 20  # result.json and other small records
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+class CopyOutError(ValueError):
+    """A file in the scratch folder that the trusted side refuses to take (a link, a device, too large, ...)."""
+
+
+def _parts(rel: str) -> list[str]:
+    p = PurePosixPath(rel)
+    if p.is_absolute() or not p.parts or any(part in ("..", "") for part in p.parts):
+        raise CopyOutError(f"{rel!r} is not a plain name inside the scratch folder")
+    return list(p.parts)
+
+
+def _open_dir(root: Path, parts: list[str]) -> int:
+    fd = os.open(root, _DIR)
+    try:
+        for part in parts:
+            nxt = os.open(part, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_at(dir_fd: int, name: str, limit: int, shown: str) -> bytes:
+    try:
+        fd = os.open(name, _READ, dir_fd=dir_fd)
+    except OSError as exc:  # ELOOP: a symbolic link; ENOENT: absent
+        raise CopyOutError(f"{shown}: {'a symbolic link' if exc.errno == errno.ELOOP else exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CopyOutError(f"{shown}: not a regular file")
+        if st.st_size > limit:
+            raise CopyOutError(f"{shown}: {st.st_size} bytes, over the {limit}-byte limit")
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise CopyOutError(f"{shown}: grew past the {limit}-byte limit while read")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_bytes(scratch: Path, rel: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The content of regular file `rel` inside `scratch`, opened without following any link on the way."""
+    parts = _parts(rel)
+    try:
+        dir_fd = _open_dir(scratch, parts[:-1])
+    except OSError as exc:
+        raise CopyOutError(f"{rel}: {exc.strerror} on the way") from None
+    try:
+        return _read_at(dir_fd, parts[-1], limit, rel)
+    finally:
+        os.close(dir_fd)
+
+
+def read_json(scratch: Path, rel: str, limit: int = MAX_RESULT_BYTES):
+    """Parsed JSON from `rel` inside `scratch`; CopyOutError for anything that is not a small regular file of JSON."""
+    data = read_bytes(scratch, rel, limit)
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise CopyOutError(f"{rel}: not JSON ({type(exc).__name__})") from None
+
+
+@dataclass
+class TreeCopy:
+    """What `copy_tree` took and what it left, with why."""
+
+    copied: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # "path: reason"
+    bytes: int = 0
+
+
+def copy_tree(scratch: Path, rel: str, dest: Path, *, file_limit: int = MAX_FILE_BYTES,
+              total_limit: int = MAX_TREE_BYTES) -> TreeCopy:
+    """Copy folder `rel` of `scratch` into `dest`: regular files and folders only; links, devices, FIFOs,
+    sockets and oversized files are skipped and named. Nothing outside the scratch is ever read."""
+    out = TreeCopy()
+    try:
+        root_fd = _open_dir(scratch, _parts(rel))
+    except (OSError, CopyOutError) as exc:
+        raise CopyOutError(f"{rel}: cannot open the folder ({exc})") from None
+    dest.mkdir(parents=True, exist_ok=True)
+
+    def walk(dir_fd: int, prefix: str, target: Path) -> None:
+        with os.scandir(dir_fd) as entries:
+            names = sorted((e.name, e.is_symlink(), e.is_dir(follow_symlinks=False)) for e in entries)
+        for name, is_link, is_dir in names:
+            shown = f"{prefix}{name}"
+            if is_link:
+                out.skipped.append(f"{shown}: a symbolic link")
+            elif is_dir:
+                try:
+                    sub = os.open(name, _DIR, dir_fd=dir_fd)
+                except OSError as exc:
+                    out.skipped.append(f"{shown}/: {exc.strerror}")
+                    continue
+                try:
+                    (target / name).mkdir(exist_ok=True)
+                    walk(sub, f"{shown}/", target / name)
+                finally:
+                    os.close(sub)
+            else:
+                try:
+                    data = _read_at(dir_fd, name, min(file_limit, total_limit - out.bytes), shown)
+                except CopyOutError as exc:
+                    out.skipped.append(str(exc))
+                    continue
+                fd = os.open(target / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                out.copied.append(shown)
+                out.bytes += len(data)
+
+    try:
+        walk(root_fd, "", dest)
+    finally:
+        os.close(root_fd)
+    return out
