@@ -102,9 +102,9 @@ class Evaluator:
             res.cleanup()
         wall = time.monotonic() - t_start
         own = None
-        if res.result and res.result.get("status") == "ran":
+        if verdict.kernel is not None and verdict.status != "error":
             r = res.result
-            own = r.get("compile_s", 0.0) + sum(r.get("run_ms", [])) / 1e3 + sum(r["timing"]["kernel_ms"]) / 1e3
+            own = (r.get("compile_s") or 0.0) + sum(r.get("run_ms") or []) / 1e3 + sum(verdict.kernel.samples_ms) / 1e3
         return verdict.model_copy(update={"wall_s": wall, "overhead_s": None if own is None else max(wall - own, 0.0)})
 
     def pool_isolation(self) -> str:

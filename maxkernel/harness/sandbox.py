@@ -139,6 +139,11 @@ def _mounts(scratch: Path) -> list[str]:
     for tree in sorted(set(trees)):
         if not any(tree == t or t in tree.parents for t in system):
             args += ["--ro-bind", str(tree), str(tree)]
+    # The package folder also holds the ADK app folders, where `adk web`/`adk run` keep sessions by default
+    # (agents/<app>/.adk/, made at any time); no job imports them, so the whole folder is hidden.
+    agents = Path(__file__).resolve().parents[1] / "agents"
+    if agents.is_dir():
+        args += ["--tmpfs", str(agents)]
     args += ["--ro-bind", "/sys", "/sys", "--dev", "/dev", "--proc", "/proc"]
     for node in _accelerator_nodes():
         args += ["--dev-bind", node, node]
@@ -146,6 +151,9 @@ def _mounts(scratch: Path) -> list[str]:
         args += ["--size", str(_TMPFS_BYTES), "--tmpfs", tmp]
     args += ["--symlink", "/run", "/var/run"]
     args += ["--bind", str(scratch), str(scratch), "--chdir", str(scratch)]
+    # bubblewrap builds the tree on a tmpfs root the candidate would own: make it read-only once built, so the
+    # scratch folder and the size-capped tmpfs mounts are the only writable places.
+    args += ["--remount-ro", "/"]
     return args
 
 

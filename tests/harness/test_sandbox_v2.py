@@ -1,0 +1,193 @@
+"""Sandbox v2, attacked: a candidate holds no privilege and sees only what it needs through every command, even
+when the tool runs as root; the trusted side takes nothing from the scratch through a link, and a hostile result
+file is a clean `error` or `incorrect`, never an exception or a forged verdict."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+
+from maxkernel.harness.evaluate import Evaluator
+from maxkernel.harness.sandbox import WorkerPool, isolation_mode
+from maxkernel.settings import get_settings
+from maxkernel.tools.compile_pallas import compile_pallas
+from maxkernel.tools.run_tests import run_tests
+from maxkernel.tools.xprof_capture import xprof_capture
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNELS = Path(__file__).parent / "kernels"
+TASK = "12p_RMSNorm"
+CORRECT = (KERNELS / "rmsnorm_rows.py").read_text()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _bubblewrap():
+    assert isolation_mode() == "bwrap", "these attacks are meant for the bubblewrap sandbox (install bubblewrap)"
+
+
+@pytest.fixture
+def planted(monkeypatch):
+    """Fake secrets where a user keeps real ones (the home, the file GOOGLE_APPLICATION_CREDENTIALS names, ADK's
+    session store beside an agent, the environment), writable places outside any scratch, and a host socket."""
+    tag = uuid.uuid4().hex[:12]
+    marker = f"FAKE-SECRET-{tag}"
+    home = Path.home()
+    adk = ROOT / "maxkernel" / "agents" / "auto" / ".adk"
+    made_adk = not adk.exists()
+    files = [home / f".maxkernel-pwned-secret-{tag}", home / f".maxkernel-pwned-adc-{tag}.json",
+             home / f".maxkernel-pwned-history-{tag}", adk / f"maxkernel-pwned-session-{tag}.db"]
+    adk.mkdir(exist_ok=True)
+    for f in files:
+        f.write_text(f"token = {marker}\n")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(files[1]))
+    monkeypatch.setenv("TPU_SERVICE_DSN", f"postgres://mk:{marker}@db")  # named like a flag the old filter passed
+    monkeypatch.setenv("MAXKERNEL_FAKE_TOKEN", marker)
+    writes = [home / f".maxkernel-pwned-write-{tag}", ROOT / "maxkernel" / f"maxkernel_pwned_{tag}.py",
+              Path(f"/var/tmp/maxkernel-pwned-{tag}"), ROOT / "tests" / f"maxkernel-pwned-{tag}"]
+    sock_path = home / f".maxkernel-pwned-sock-{tag}"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(sock_path))
+    server.listen(1)
+    try:
+        yield {"secrets": [(str(f), marker) for f in files], "env": [marker], "writes": [str(w) for w in writes],
+               "sockets": [str(sock_path)], "marker": marker, "written": writes}
+    finally:
+        server.close()
+        for f in [*files, *writes, sock_path]:
+            f.unlink(missing_ok=True)
+        if made_adk:
+            adk.rmdir()
+
+
+def probe_kernel(folder: Path, planted: dict, body: str = CORRECT) -> Path:
+    head = (KERNELS / "escape_probe.py").read_text()
+    for name, key in (("SECRETS", "secrets"), ("ENV_MARKERS", "env"), ("WRITES", "writes"), ("SOCKETS", "sockets")):
+        head = head.replace(f"{name} = []", f"{name} = {planted[key]!r}", 1)
+    path = folder / "probe.py"
+    path.write_text(head + "\n" + body)
+    return path
+
+
+def test_every_command_holds_against_the_probe(planted, tmp_path):
+    """evaluate, test, compile and profile each run the probe's import in their own sandboxed job."""
+    kernel = probe_kernel(tmp_path, planted)
+    with Evaluator(WorkerPool(size=0)) as fresh:  # workers started after the secrets were planted
+        v = fresh.evaluate(TASK, kernel)
+    assert v.status == "correct", f"{v.reason}\n{v.detail[-1500:]}"
+    assert v.isolation == "bwrap" and v.passed_env == []
+    t = run_tests(TASK, str(kernel), "smoke")
+    assert t.ok, t.summary
+    c = compile_pallas(TASK, str(kernel), "v5e", "smoke")
+    assert c.ok, f"{c.summary}\n{c.error}"
+    p = xprof_capture(TASK, str(kernel), "smoke", out_dir=str(tmp_path / "profile"))
+    assert p.ok, f"{p.summary}\n{p.error}"
+    assert not any(w.exists() for w in planted["written"])
+
+
+def test_a_variable_passes_only_when_the_user_names_it(planted, tmp_path, monkeypatch):
+    kernel = probe_kernel(tmp_path, planted)
+    monkeypatch.setenv("MAXKERNEL_SANDBOX_ENV", "TPU_SERVICE_DSN")
+    get_settings.cache_clear()
+    try:
+        with Evaluator(WorkerPool(size=0)) as fresh:
+            v = fresh.evaluate(TASK, kernel, seeds=[0])
+    finally:
+        monkeypatch.delenv("MAXKERNEL_SANDBOX_ENV")
+        get_settings.cache_clear()
+    assert v.status == "error" and f"saw {planted['marker']} in the environment" in v.reason
+    assert v.passed_env == ["TPU_SERVICE_DSN"]
+
+
+def test_profile_copies_no_linked_content(planted, tmp_path):
+    secret = planted["secrets"][0][0]
+    body = CORRECT + f'''
+os.makedirs("trace/plugins", exist_ok=True)
+os.symlink({secret!r}, "trace/leak.txt")
+os.symlink({secret!r}, "trace/plugins/leak.pb")
+os.symlink("/root", "trace/home")
+os.mkfifo("trace/fifo")
+'''
+    kernel = tmp_path / "linker.py"
+    kernel.write_text("import os\n" + body)
+    out = tmp_path / "out"
+    p = xprof_capture(TASK, str(kernel), "smoke", out_dir=str(out))
+    assert p.ok, f"{p.summary}\n{p.error}"
+    for f in out.rglob("*"):
+        assert not f.is_symlink(), f
+        if f.is_file():
+            assert planted["marker"].encode() not in f.read_bytes(), f"{f} holds the linked secret"
+    skipped = " ".join(p.skipped_files)
+    assert "leak.txt: a symbolic link" in skipped and "home: a symbolic link" in skipped
+    assert "plugins/leak.pb: a symbolic link" in skipped and "fifo: not a regular file" in skipped
+    assert p.trace and Path(p.trace).is_file() and not Path(p.trace).is_symlink()
+
+
+def _forger(tmp_path: Path, name: str, result: dict, extra: str = "") -> Path:
+    path = tmp_path / name
+    path.write_text(f"import json, os\n{extra}\nopen('result.json', 'w').write(json.dumps({result!r}))\n"
+                    "os._exit(0)\n\ndef workload(x, scale):\n    return x\n")
+    return path
+
+
+_RAN = {"status": "ran", "backend": "cpu", "compile_s": 0.0, "run_ms": [], "races": None, "timers_replaced": [],
+        "census": {"pallas_calls": 1, "pallas_flops": 1e9, "total_flops": 1e9, "contraction_flops": 0},
+        "timing": {"baseline_ms": [100.0] * 5, "kernel_ms": [1.0] * 5}}
+
+
+def test_outputs_named_outside_the_scratch_are_refused(evaluator, tmp_path):
+    """A forged result naming the cached reference files as its outputs: the verdict must not read them."""
+    evaluator.evaluate(TASK, KERNELS / "rmsnorm_rows.py", seeds=[0])  # the references exist in the cache now
+    refs = sorted((get_settings().cache_dir / "refs").glob(f"{TASK}-*-smoke-*"))
+    assert refs, "no cached references to aim at"
+    outputs = {"0": str(refs[0] / "ref_0.npz")}
+    v = evaluator.evaluate(TASK, _forger(tmp_path, "forge_refs.py", {**_RAN, "outputs": outputs}), seeds=[0])
+    assert v.status == "incorrect" and "refused" in v.reason and "not a plain name" in v.reason, v.reason
+
+
+def test_an_output_linked_to_dev_zero_is_refused(evaluator, tmp_path):
+    kernel = _forger(tmp_path, "zero_out.py", {**_RAN, "outputs": {"0": "out0.npz"}},
+                     extra="os.symlink('/dev/zero', 'out0.npz')")
+    v = evaluator.evaluate(TASK, kernel, seeds=[0])
+    assert v.status == "incorrect" and "a symbolic link" in v.reason, v.reason
+
+
+def test_a_malformed_result_is_an_error(evaluator, tmp_path):
+    v = evaluator.evaluate(TASK, _forger(tmp_path, "malformed.py", {"status": "ran"}), seeds=[0])
+    assert v.status == "error" and "malformed result" in v.reason, v.reason
+
+
+def test_a_result_file_linked_elsewhere_is_refused(evaluator, tmp_path):
+    kernel = tmp_path / "linked_result.py"
+    kernel.write_text("import os\nos.symlink('/dev/zero', 'result.json')\nos._exit(0)\n\n"
+                      "def workload(x, scale):\n    return x\n")
+    v = evaluator.evaluate(TASK, kernel, seeds=[0])
+    assert v.status == "error" and "result was refused" in v.reason and "symbolic link" in v.reason, v.reason
+
+
+def test_the_worker_refuses_a_privileged_sandbox(tmp_path):
+    """The in-job check itself: run the worker under a bubblewrap that keeps root's capabilities (the old
+    recipe); it must refuse before any job runs, naming why."""
+    import subprocess
+    import sys
+
+    scratch = tmp_path / "s"
+    scratch.mkdir()
+    cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--die-with-parent",
+           "--bind", str(scratch), str(scratch), sys.executable, "-P", "-m", "maxkernel.harness.worker", str(scratch),
+           "--isolated"]
+    if os.geteuid() != 0:
+        pytest.skip("only root's bubblewrap without a user namespace keeps capabilities")
+    r = subprocess.run(cmd, input=json.dumps({"kind": "reference", "task": TASK, "size": "smoke", "seeds": [0]}),
+                       capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin",
+                                                                         "PYTHONPATH": str(ROOT)})
+    result = json.loads((scratch / "result.json").read_text())
+    assert result["status"] == "error" and result["stage"] == "sandbox", r.stderr[-2000:]
+    assert "refused to run the candidate" in result["error"] and "CapEff" in result["error"]
+    assert not (scratch / "ref_0.npz").exists()  # the job never ran
