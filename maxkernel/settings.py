@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     chip: str = Field(default="v5e", description="Target chip for compile checks, roofline and tuning.")
 
 
+    sandbox_max_pids: int | None = Field(default=None, ge=16, description="Processes and threads one sandboxed job may "
+                                         "have (default 256 + 4 per core; enforced where a pids cgroup can be made).")
+
     @property
     def sandbox_env_names(self) -> list[str]:
         return [n.strip() for n in self.sandbox_env.split(",") if n.strip()]

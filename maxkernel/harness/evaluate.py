@@ -122,6 +122,11 @@ class Evaluator:
                                   f"{str(exc)[:200]})")
 
     def _judge_result(self, res: SandboxResult, meta: dict, ref_dir: Path, seeds: list[int], base: dict) -> Verdict:
+        if "pids" in res.limits_hit:
+            from maxkernel.harness.sandbox import max_pids
+
+            return Verdict(**base, status="error", stage="sandbox",
+                           reason=f"the candidate hit the sandbox's process limit ({max_pids()} processes and threads)")
         r = res.result or {}
         if res.status == "timeout":
             return Verdict(**base, status="timeout", stage="sandbox",

@@ -49,6 +49,7 @@ class SandboxResult:
     wall_s: float
     isolation: str
     worker: "Worker | None" = field(default=None, repr=False)
+    limits_hit: list[str] = field(default_factory=list)  # sandbox limits the job ran into ("pids")
 
     @property
     def scratch(self) -> Path | None:
@@ -169,6 +170,69 @@ def _limits(memory_mb: int):
     return apply
 
 
+def max_pids() -> int:
+    """Processes and threads one job may have at once (JAX's thread pools grow with the cores)."""
+    return get_settings().sandbox_max_pids or 256 + 4 * (os.cpu_count() or 1)
+
+
+def _pids_cgroup(limit: int) -> Path | None:
+    """A fresh pids cgroup capped at `limit`, where this machine lets us make one (root, cgroupfs writable)."""
+    for root in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
+        if not (root / "cgroup.procs").is_file() or not os.access(root, os.W_OK):
+            continue
+        _sweep_cgroups(root)
+        try:
+            cg = Path(tempfile.mkdtemp(prefix="maxkernel-", dir=root))
+        except OSError:
+            continue
+        try:
+            (cg / "pids.max").write_text(str(limit))
+            return cg
+        except OSError:
+            _drop_cgroup(cg)
+    return None
+
+
+def _rmdir_cgroup(cg: Path, tries: int) -> bool:
+    for _ in range(tries):
+        try:
+            cg.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:  # EBUSY: the killed job's processes are still leaving its pid namespace
+            time.sleep(0.02)
+    return False
+
+
+def _drop_cgroup(cg: Path | None) -> None:
+    if cg is not None and not _rmdir_cgroup(cg, 10):
+        threading.Thread(target=_rmdir_cgroup, args=(cg, 500), daemon=True).start()
+
+
+def _sweep_cgroups(root: Path) -> None:
+    """Remove empty maxkernel cgroups left by processes that exited before theirs emptied (older than a minute,
+    so a cgroup another process has just made and not yet joined is never touched)."""
+    now = time.time()
+    for cg in root.glob("maxkernel-*"):
+        try:
+            if now - cg.stat().st_mtime > 60 and not (cg / "cgroup.procs").read_text().strip():
+                cg.rmdir()
+        except OSError:
+            pass
+
+
+def _pids_hit(cg: Path | None) -> bool:
+    """Whether a fork in the cgroup was refused at its limit."""
+    if cg is None:
+        return False
+    try:
+        events = (cg / "pids.events").read_text()
+    except OSError:
+        return False
+    return any(line.split()[:1] == ["max"] and int(line.split()[1]) > 0 for line in events.splitlines() if line.strip())
+
+
 @dataclass
 class Worker:
     """One started child process with its own scratch folder, waiting for a single job on stdin."""
@@ -178,6 +242,7 @@ class Worker:
     log: Path
     isolation: str
     started: float = field(default_factory=time.monotonic)
+    cgroup: Path | None = None  # its pids cgroup, where one could be made
 
     @classmethod
     def start(cls, root: Path, memory_mb: int | None = None, warm_compiler: str | None = None) -> "Worker":
@@ -195,11 +260,14 @@ class Worker:
         # JAX-importing) process; the fallback does the same from inside the child.
         if prlimit:
             cmd = [prlimit, f"--as={memory_mb << 20}", "--core=0", f"--fsize={4 << 30}", "--"] + cmd
+        cgroup = _pids_cgroup(max_pids())
+        if cgroup is not None:  # join the cgroup before anything forks, then become the job
+            cmd = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup / "cgroup.procs"), *cmd]
         with open(log, "wb") as err:
             proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=err, stderr=err, cwd=scratch,
                                     env=_child_env(scratch), start_new_session=True,
                                     preexec_fn=None if prlimit else _limits(memory_mb))
-        return cls(proc, scratch, log, mode)
+        return cls(proc, scratch, log, mode, cgroup=cgroup)
 
     def submit(self, job: dict, timeout: float) -> SandboxResult:
         """Send `job`, wait up to `timeout` seconds, and kill the whole process group whatever happens."""
@@ -233,7 +301,9 @@ class Worker:
                                                "error": "the job's result.json is not a JSON object"}
                 elif result.get("status") == "error" and result.get("stage") in ("worker", "sandbox"):
                     status = "error"
-        return SandboxResult(status, result, self.proc.returncode, self.stderr_tail(), wall, self.isolation, self)
+        limits = ["pids"] if _pids_hit(self.cgroup) else []
+        return SandboxResult(status, result, self.proc.returncode, self.stderr_tail(), wall, self.isolation, self,
+                             limits_hit=limits)
 
     def kill(self) -> None:
         # Always signal the group: the leader may be gone while processes it started live on.
@@ -260,6 +330,7 @@ class Worker:
 
     def discard(self) -> None:
         self.kill()
+        _drop_cgroup(self.cgroup)
         shutil.rmtree(self.scratch, ignore_errors=True)
         self.log.unlink(missing_ok=True)
 

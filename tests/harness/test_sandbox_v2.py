@@ -191,3 +191,17 @@ def test_the_worker_refuses_a_privileged_sandbox(tmp_path):
     assert result["status"] == "error" and result["stage"] == "sandbox", r.stderr[-2000:]
     assert "refused to run the candidate" in result["error"] and "CapEff" in result["error"]
     assert not (scratch / "ref_0.npz").exists()  # the job never ran
+
+
+def test_a_fork_bomb_hits_the_process_limit_and_is_an_error(evaluator, tmp_path):
+    from maxkernel.harness.sandbox import _drop_cgroup, _pids_cgroup, max_pids
+
+    probe = _pids_cgroup(max_pids())
+    if probe is None:
+        pytest.skip("no pids cgroup can be made here (needs root and a writable cgroupfs)")
+    _drop_cgroup(probe)
+    kernel = tmp_path / "fork_bomb.py"
+    kernel.write_text("import os, time\nfor _ in range(2000):\n    try:\n        if os.fork() == 0:\n"
+                      "            time.sleep(60)\n            os._exit(0)\n    except OSError:\n        break\n\n" + CORRECT)
+    v = evaluator.evaluate(TASK, kernel, seeds=[0])
+    assert v.status == "error" and f"process limit ({max_pids()}" in v.reason, v.reason
