@@ -132,6 +132,10 @@ def _mounts(scratch: Path) -> list[str]:
     for name in _ETC:
         if (Path("/etc") / name).exists():
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    # Fresh, size-capped /tmp and /run first: what is bound below them afterwards (a venv under /tmp, the
+    # scratch folder) must not be covered by them.
+    for tmp in ("/tmp", "/run"):
+        args += ["--size", str(_TMPFS_BYTES), "--tmpfs", tmp]
     system = tuple(Path(t) for t in _SYSTEM)
     trees = _python_trees() + [Path(__file__).resolve().parents[1]]  # the maxkernel package itself
     import jaxbench
@@ -148,9 +152,7 @@ def _mounts(scratch: Path) -> list[str]:
     args += ["--ro-bind", "/sys", "/sys", "--dev", "/dev", "--proc", "/proc"]
     for node in _accelerator_nodes():
         args += ["--dev-bind", node, node]
-    for tmp in ("/tmp", "/run", "/dev/shm"):
-        args += ["--size", str(_TMPFS_BYTES), "--tmpfs", tmp]
-    args += ["--symlink", "/run", "/var/run"]
+    args += ["--size", str(_TMPFS_BYTES), "--tmpfs", "/dev/shm", "--symlink", "/run", "/var/run"]
     args += ["--bind", str(scratch), str(scratch), "--chdir", str(scratch)]
     # bubblewrap builds the tree on a tmpfs root the candidate would own: make it read-only once built, so the
     # scratch folder and the size-capped tmpfs mounts are the only writable places.
