@@ -55,6 +55,8 @@ class Settings(BaseSettings):
     chip: str = Field(default="v5e", description="Target chip for compile checks, roofline and tuning.")
 
 
+    allow_unisolated: bool = Field(default=False, description="Accept a 'correct' verdict from a run without the "
+                                   "bubblewrap sandbox (isolation: none); off, such a kernel is 'rejected'.")
     sandbox_max_pids: int | None = Field(default=None, ge=16, description="Processes and threads one sandboxed job may "
                                          "have (default 256 + 4 per core; enforced where a pids cgroup can be made).")
 

@@ -200,9 +200,14 @@ class Evaluator:
         if reasons:
             return Verdict(**common, **timing, status="incorrect", stage="compare", correctness=correctness,
                            reason="; ".join(reasons)[:2000])
-        return Verdict(**common, **timing, status="correct", correctness=correctness,
-                       reason=f"matches the reference on {len(seeds)} seeds (worst error {worst:.3g}, "
-                              f"tolerance {tolerance:.3g})")
+        matched = f"matches the reference on {len(seeds)} seeds (worst error {worst:.3g}, tolerance {tolerance:.3g})"
+        if res.isolation != "bwrap" and not self.settings.allow_unisolated:
+            # Without the sandbox the candidate could have reached the harness's files: never called correct
+            # unless the user accepts that (MAXKERNEL_ALLOW_UNISOLATED), so reports and searches never count it.
+            return Verdict(**common, **timing, status="rejected", stage="isolation", correctness=correctness,
+                           reason=f"{matched}, but it ran without isolation (isolation: none); set "
+                                  "MAXKERNEL_ALLOW_UNISOLATED=1 to accept verdicts from an unisolated run")
+        return Verdict(**common, **timing, status="correct", correctness=correctness, reason=matched)
 
 
 def _memory_hint(log: str) -> str:

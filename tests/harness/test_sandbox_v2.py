@@ -205,3 +205,26 @@ def test_a_fork_bomb_hits_the_process_limit_and_is_an_error(evaluator, tmp_path)
                       "            time.sleep(60)\n            os._exit(0)\n    except OSError:\n        break\n\n" + CORRECT)
     v = evaluator.evaluate(TASK, kernel, seeds=[0])
     assert v.status == "error" and f"process limit ({max_pids()}" in v.reason, v.reason
+
+
+def test_a_verdict_without_isolation_is_never_correct_unless_accepted(monkeypatch):
+    def judged(**env):
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        get_settings.cache_clear()
+        isolation_mode.cache_clear()
+        try:
+            with Evaluator(WorkerPool(size=0)) as ev:
+                return ev.evaluate(TASK, KERNELS / "rmsnorm_rows.py", seeds=[0])
+        finally:
+            for k in env:
+                monkeypatch.delenv(k)
+            get_settings.cache_clear()
+            isolation_mode.cache_clear()
+
+    v = judged(MAXKERNEL_SANDBOX="none")
+    assert v.isolation == "none" and v.status == "rejected" and "isolation: none" in v.reason
+    assert "degraded_sandbox" in v.flags and v.correctness.max_rel_err < v.correctness.tolerance
+    v = judged(MAXKERNEL_SANDBOX="none", MAXKERNEL_ALLOW_UNISOLATED="1")
+    assert v.isolation == "none" and v.status == "correct" and "degraded_sandbox" in v.flags
+
