@@ -65,12 +65,12 @@ def run(job: dict, scratch: Path) -> dict:
     """job: {task, seeds, kernel (file name in scratch), tunables, reps, time_budget_s, detect_races}."""
     import jax
 
-    from maxkernel.harness import worker
+    from maxkernel.harness import timers
     from maxkernel.harness.arrays import load_arrays, save_arrays
     from maxkernel.harness.integrity import census
     from maxkernel.tasks import load_task
 
-    clock = worker.TIMERS["perf_counter"]
+    clock = timers.TIMERS["perf_counter"]
     # Taken before the candidate is imported: a kernel that swaps in a non-waiting version would time only
     # the dispatch of its work.
     block = jax.block_until_ready
@@ -146,7 +146,7 @@ def run(job: dict, scratch: Path) -> dict:
                 dev = {}
             if dev.get("baseline") and dev.get("kernel"):
                 timing.update(baseline_ms=dev["baseline"], kernel_ms=dev["kernel"], source="device")
-    replaced = worker.replaced_timers() + (["jax.block_until_ready"] if jax.block_until_ready is not block else [])
+    replaced = timers.replaced_timers() + (["jax.block_until_ready"] if jax.block_until_ready is not block else [])
     return {"status": "ran", "backend": backend, "census": counted, "outputs": outputs, "compile_s": compile_s,
             "run_ms": run_ms, "timing": timing, "races": found, "timers_replaced": replaced}
 

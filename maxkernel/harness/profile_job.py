@@ -43,11 +43,11 @@ def run(job: dict, scratch: Path) -> dict:
     """job: {task, size, seed, kernel (file in scratch), tunables, trace_dir (folder in scratch), runs}."""
     import jax
 
-    from maxkernel.harness import worker
+    from maxkernel.harness import timers
     from maxkernel.harness.candidate_job import interpret_context, load_kernel
     from maxkernel.tasks import load_task
 
-    clock = worker.TIMERS["perf_counter"]
+    clock = timers.TIMERS["perf_counter"]
     backend = jax.default_backend()
     task = load_task(job["task"])
     inputs = tuple(jax.device_put(x) for x in task.create_inputs(size=job["size"], seed=job.get("seed", 0)))

@@ -1,12 +1,10 @@
-"""Entry point of a sandboxed child: preload JAX, read one job from stdin, run it, write result.json, exit."""
+"""Entry point of a sandboxed child (a leaf: it imports no parent-side logic): check it holds no privilege, preload
+JAX, read one job from stdin, run it, write result.json, exit."""
 
 from __future__ import annotations
 
-import time
-
-# Taken before any candidate code can run, so that a replaced timer can be noticed afterwards.
-TIMERS = {"perf_counter": time.perf_counter, "perf_counter_ns": time.perf_counter_ns,
-          "monotonic": time.monotonic, "monotonic_ns": time.monotonic_ns, "time": time.time}
+# First: the timers are taken before any job (and so any candidate code) is imported.
+from maxkernel.harness.timers import TIMERS, replaced_timers  # noqa: F401  (re-exported for older callers)
 
 import importlib  # noqa: E402
 import json  # noqa: E402
@@ -22,14 +20,6 @@ HANDLERS = {
     "compile_many": "maxkernel.harness.compile_many_job",
     "profile": "maxkernel.harness.profile_job",
 }
-
-
-def replaced_timers() -> list[str]:
-    """Names of timer functions that are no longer the C built-ins taken at start."""
-    import types
-
-    return [name for name, fn in TIMERS.items()
-            if getattr(time, name) is not fn or not isinstance(fn, types.BuiltinFunctionType)]
 
 
 def _preload() -> None:

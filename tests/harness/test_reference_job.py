@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 
-from maxkernel.harness import reference_job, worker
+from maxkernel.harness import reference_job, timers
 from maxkernel.harness.arrays import load_arrays
 
 pytestmark = pytest.mark.unit
@@ -23,6 +23,6 @@ def test_reference_job_writes_inputs_references_and_meta(tmp_path):
 
 
 def test_replaced_timers_are_named(monkeypatch):
-    assert worker.replaced_timers() == []
+    assert timers.replaced_timers() == []
     monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
-    assert worker.replaced_timers() == ["perf_counter"]
+    assert timers.replaced_timers() == ["perf_counter"]
