@@ -57,6 +57,8 @@ class Settings(BaseSettings):
 
     allow_unisolated: bool = Field(default=False, description="Accept a 'correct' verdict from a run without the "
                                    "bubblewrap sandbox (isolation: none); off, such a kernel is 'rejected'.")
+    sandbox_scratch_mb: int = Field(default=4096, ge=64, description="Cap of a job's scratch folder (a tmpfs of its "
+                                    "own where the tool may mount one, i.e. as root).")
     sandbox_max_pids: int | None = Field(default=None, ge=16, description="Processes and threads one sandboxed job may "
                                          "have (default 256 + 4 per core; enforced where a pids cgroup can be made).")
 

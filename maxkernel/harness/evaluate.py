@@ -122,6 +122,9 @@ class Evaluator:
                                   f"{str(exc)[:200]})")
 
     def _judge_result(self, res: SandboxResult, meta: dict, ref_dir: Path, seeds: list[int], base: dict) -> Verdict:
+        if "scratch" in res.limits_hit:
+            return Verdict(**base, status="error", stage="sandbox",
+                           reason=f"the candidate filled its scratch folder (the {self.settings.sandbox_scratch_mb} MiB cap)")
         if "pids" in res.limits_hit:
             from maxkernel.harness.sandbox import max_pids
 

@@ -15,11 +15,13 @@ import tempfile
 import threading
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from maxkernel.harness.copyout import CopyOutError, read_json
+from maxkernel.harness.seccomp import filter_fd
 from maxkernel.settings import get_settings
 
 __all__ = ["SandboxResult", "Worker", "WorkerPool", "isolation_mode", "run_job"]
@@ -160,8 +162,9 @@ def _mounts(scratch: Path) -> list[str]:
     return args
 
 
-def _bwrap_prefix(scratch: Path) -> list[str]:
-    return ["bwrap", *_USER_NS, "--unshare-all", "--die-with-parent", "--new-session", *_mounts(scratch)]
+def _bwrap_prefix(scratch: Path, seccomp_fd: int | None = None) -> list[str]:
+    seccomp = [] if seccomp_fd is None else ["--seccomp", str(seccomp_fd)]
+    return ["bwrap", *seccomp, *_USER_NS, "--unshare-all", "--die-with-parent", "--new-session", *_mounts(scratch)]
 
 
 def _limits(memory_mb: int):
@@ -235,6 +238,29 @@ def _pids_hit(cg: Path | None) -> bool:
     return any(line.split()[:1] == ["max"] and int(line.split()[1]) > 0 for line in events.splitlines() if line.strip())
 
 
+_MOUNT_WORKS: list[bool] = []  # learnt once per process: whether this process may mount a tmpfs
+
+
+def _mount_scratch(scratch: Path, size_mb: int) -> bool:
+    """Make `scratch` a fresh tmpfs capped at `size_mb` where this process may mount (root with CAP_SYS_ADMIN),
+    so a job cannot fill the host's disk; elsewhere it stays a plain folder (single files capped by rlimit)."""
+    if os.geteuid() != 0 or _MOUNT_WORKS == [False] or not shutil.which("mount"):
+        return False
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0700", "maxkernel-scratch", str(scratch)],
+                       capture_output=True, timeout=30)
+    if not _MOUNT_WORKS:
+        _MOUNT_WORKS.append(r.returncode == 0)
+    return r.returncode == 0
+
+
+def _scratch_full(scratch: Path) -> bool:
+    try:
+        st = os.statvfs(scratch)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < (1 << 20)
+
+
 @dataclass
 class Worker:
     """One started child process with its own scratch folder, waiting for a single job on stdin."""
@@ -245,18 +271,22 @@ class Worker:
     isolation: str
     started: float = field(default_factory=time.monotonic)
     cgroup: Path | None = None  # its pids cgroup, where one could be made
+    scratch_mb: int | None = None  # the scratch folder's cap, where it is a tmpfs of its own
 
     @classmethod
     def start(cls, root: Path, memory_mb: int | None = None, warm_compiler: str | None = None) -> "Worker":
         memory_mb = memory_mb or get_settings().eval_memory_mb
         scratch = Path(tempfile.mkdtemp(prefix="w-", dir=root))
+        scratch_mb = get_settings().sandbox_scratch_mb
+        scratch_mb = scratch_mb if _mount_scratch(scratch, scratch_mb) else None
         log = scratch.with_suffix(".log")  # beside the scratch folder, outside the candidate's view
         mode = isolation_mode()
         cmd = [sys.executable, "-P", "-m", "maxkernel.harness.worker", str(scratch)]
         if warm_compiler:
             cmd.append(f"--warm-compiler={warm_compiler}")
+        seccomp_fd = filter_fd() if mode == "bwrap" else None
         if mode == "bwrap":
-            cmd = _bwrap_prefix(scratch) + cmd + ["--isolated"]
+            cmd = _bwrap_prefix(scratch, seccomp_fd) + cmd + ["--isolated"]
         prlimit = shutil.which("prlimit")
         # prlimit sets the limits without a Python preexec_fn, which would force a fork of this (threaded,
         # JAX-importing) process; the fallback does the same from inside the child.
@@ -265,11 +295,16 @@ class Worker:
         cgroup = _pids_cgroup(max_pids())
         if cgroup is not None:  # join the cgroup before anything forks, then become the job
             cmd = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup / "cgroup.procs"), *cmd]
-        with open(log, "wb") as err:
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=err, stderr=err, cwd=scratch,
-                                    env=_child_env(scratch), start_new_session=True,
-                                    preexec_fn=None if prlimit else _limits(memory_mb))
-        return cls(proc, scratch, log, mode, cgroup=cgroup)
+        try:
+            with open(log, "wb") as err:
+                proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=err, stderr=err, cwd=scratch,
+                                        env=_child_env(scratch), start_new_session=True,
+                                        pass_fds=() if seccomp_fd is None else (seccomp_fd,),
+                                        preexec_fn=None if prlimit else _limits(memory_mb))
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
+        return cls(proc, scratch, log, mode, cgroup=cgroup, scratch_mb=scratch_mb)
 
     def submit(self, job: dict, timeout: float) -> SandboxResult:
         """Send `job`, wait up to `timeout` seconds, and kill the whole process group whatever happens."""
@@ -304,6 +339,8 @@ class Worker:
                 elif result.get("status") == "error" and result.get("stage") in ("worker", "sandbox"):
                     status = "error"
         limits = ["pids"] if _pids_hit(self.cgroup) else []
+        if self.scratch_mb is not None and _scratch_full(self.scratch):
+            limits.append("scratch")
         return SandboxResult(status, result, self.proc.returncode, self.stderr_tail(), wall, self.isolation, self,
                              limits_hit=limits)
 
@@ -333,6 +370,8 @@ class Worker:
     def discard(self) -> None:
         self.kill()
         _drop_cgroup(self.cgroup)
+        if self.scratch_mb is not None:
+            subprocess.run(["umount", "-l", str(self.scratch)], capture_output=True, timeout=30)
         shutil.rmtree(self.scratch, ignore_errors=True)
         self.log.unlink(missing_ok=True)
 
@@ -340,6 +379,13 @@ class Worker:
 # libtpu prints these on every CPU-only start; they are not the kernel's fault.
 _NOISE = re.compile(r"TPU_ACCELERATOR_TYPE|TPU_WORKER_HOSTNAMES|libtpu_init_utils|Source Location Trace|"
                     r"InitGoogle|could not determine TPU")
+
+
+def _close_workers(ready: list, root: Path) -> None:
+    for w in list(ready):
+        w.discard()
+    ready.clear()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 class WorkerPool:
@@ -356,6 +402,9 @@ class WorkerPool:
         self._ready: list[Worker] = []
         self._lock = threading.Lock()
         self._closed = False
+        # Also at interpreter exit for a pool nobody closed (a module-level one): its workers, scratch mounts and
+        # root folder go with it.
+        self._finalizer = weakref.finalize(self, _close_workers, self._ready, self.root)
         self._fill()
 
     def _fill(self) -> None:
@@ -369,7 +418,7 @@ class WorkerPool:
             for w in self._ready:
                 if w not in alive:
                     w.discard()
-            self._ready = alive
+            self._ready[:] = alive
             worker = self._ready.pop(0) if self._ready else None
         if worker is None:
             worker = Worker.start(self.root, self.memory_mb, self.warm_compiler)
@@ -396,10 +445,7 @@ class WorkerPool:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            for w in self._ready:
-                w.discard()
-            self._ready.clear()
-        shutil.rmtree(self.root, ignore_errors=True)
+        self._finalizer()
 
     def __enter__(self) -> "WorkerPool":
         return self

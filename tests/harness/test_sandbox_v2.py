@@ -228,3 +228,27 @@ def test_a_verdict_without_isolation_is_never_correct_unless_accepted(monkeypatc
     v = judged(MAXKERNEL_SANDBOX="none", MAXKERNEL_ALLOW_UNISOLATED="1")
     assert v.isolation == "none" and v.status == "correct" and "degraded_sandbox" in v.flags
 
+
+
+def test_filling_the_scratch_folder_stops_at_its_cap_and_is_an_error(tmp_path, monkeypatch):
+    import subprocess
+
+    from maxkernel.harness.sandbox import _mount_scratch
+
+    trial = tmp_path / "trial"
+    trial.mkdir()
+    if not _mount_scratch(trial, 64):
+        pytest.skip("this process may not mount a tmpfs (not root, or no CAP_SYS_ADMIN)")
+    subprocess.run(["umount", "-l", str(trial)], check=True)
+    kernel = tmp_path / "filler.py"
+    kernel.write_text("try:\n    with open('junk', 'wb') as f:\n        for _ in range(4096):\n"
+                      "            f.write(b'x' * (1 << 20))\nexcept OSError:\n    pass\n\n" + CORRECT)
+    monkeypatch.setenv("MAXKERNEL_SANDBOX_SCRATCH_MB", "96")
+    get_settings.cache_clear()
+    try:
+        with Evaluator(WorkerPool(size=0)) as ev:
+            v = ev.evaluate(TASK, kernel, seeds=[0])
+    finally:
+        monkeypatch.delenv("MAXKERNEL_SANDBOX_SCRATCH_MB")
+        get_settings.cache_clear()
+    assert v.status == "error" and "filled its scratch folder (the 96 MiB cap)" in v.reason, v.reason

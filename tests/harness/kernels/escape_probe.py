@@ -26,6 +26,9 @@ for target in (b"/usr", b"/proc", b"/etc/passwd"):
         escaped.append(f"unmounted {target.decode()}")
 if libc.unshare(0x10000000) == 0:  # CLONE_NEWUSER: a nested user namespace would give capabilities back
     escaped.append("made a user namespace")
+if libc.ptrace(16, 1, None, None) == 0:  # PTRACE_ATTACH to the sandbox's pid 1
+    libc.ptrace(17, 1, None, None)  # PTRACE_DETACH, or pid 1 stays stopped
+    escaped.append("attached to pid 1 with ptrace")
 for path, marker in SECRETS:
     try:
         if marker in open(path, errors="replace").read():
