@@ -1,0 +1,91 @@
+"""The same escape probe when maxkernel runs as an ordinary user (made here): through evaluate, test and compile,
+with secrets planted in that user's own home and environment, the candidate still reaches none of them."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+KERNELS = Path(__file__).parent / "kernels"
+USER = "mkprobe"
+# Root's home is 0700 here and the interpreter lives under it (pyenv): in a private mount namespace, show the
+# user a /root that holds only the interpreter's folder, then become the user.
+RUN_AS = """#!/bin/sh
+set -e
+view=$(mktemp -d /tmp/mk-view-XXXXXX)
+mount -t tmpfs -o mode=755 tmpfs "$view"
+mkdir -p "$view/.pyenv"
+[ -d /root/.pyenv ] && mount --bind /root/.pyenv "$view/.pyenv"
+mount --rbind "$view" /root
+exec setpriv --reuid={user} --regid={user} --clear-groups "$@"
+"""
+
+
+@pytest.fixture(scope="module")
+def user_dir():
+    if os.geteuid() != 0:
+        pytest.skip("this run is already unprivileged: the other sandbox tests cover it")
+    for tool in ("useradd", "setpriv", "unshare"):
+        assert shutil.which(tool), f"{tool} (util-linux/passwd) is needed to test as an ordinary user"
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", USER], check=True)
+    folder = Path(tempfile.mkdtemp(prefix="mk-unpriv-", dir="/tmp"))
+    folder.chmod(0o755)
+    home = folder / "home"
+    home.mkdir()
+    shutil.chown(home, USER, USER)
+    (folder / "run_as.sh").write_text(RUN_AS.format(user=USER))
+    (folder / "run_as.sh").chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_probe_holds_when_the_tool_runs_as_an_ordinary_user(user_dir):
+    home = user_dir / "home"
+    tag = uuid.uuid4().hex[:12]
+    marker = f"FAKE-SECRET-{tag}"
+    secret = home / ".config" / "gcloud" / "application_default_credentials.json"
+    history = home / ".bash_history"
+    target = home / f"maxkernel-pwned-{tag}"
+    head = (KERNELS / "escape_probe.py").read_text()
+    head = head.replace("SECRETS = []", f"SECRETS = {[(str(secret), marker), (str(history), marker)]!r}", 1)
+    head = head.replace("ENV_MARKERS = []", f"ENV_MARKERS = {[marker]!r}", 1)
+    head = head.replace("WRITES = []", f"WRITES = {[str(target)]!r}", 1)
+    kernel = user_dir / "probe.py"
+    kernel.write_text(head + "\n" + (KERNELS / "rmsnorm_rows.py").read_text())
+    kernel.chmod(0o644)
+    secret.parent.mkdir(parents=True)
+    for f in (secret, history):
+        f.write_text(f"token = {marker}\n")
+    subprocess.run(["chown", "-R", f"{USER}:{USER}", str(home)], check=True)
+    env = ["env", "-i", "PATH=/usr/bin:/bin", f"HOME={home}", f"MAXKERNEL_CACHE_DIR={home}/cache",
+           f"MAXKERNEL_DATA_DIR={home}/data", f"GOOGLE_APPLICATION_CREDENTIALS={secret}",
+           f"TPU_SERVICE_DSN=postgres://mk:{marker}@db", f"PYTHONPATH={Path(__file__).resolve().parents[2]}"]
+
+    def mk(*args):
+        r = subprocess.run(["unshare", "-m", "--propagation", "private", str(user_dir / "run_as.sh"), *env,
+                            sys.executable, "-m", "maxkernel.cli", *args, "--json"],
+                           capture_output=True, text=True, timeout=600, cwd=user_dir)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout)
+
+    v = mk("evaluate", "--task", "12p_RMSNorm", "--kernel", str(kernel), "--seeds", "1")
+    assert v["status"] == "correct" and v["isolation"] == "bwrap", f"{v['reason']}\n{v['detail'][-1500:]}"
+    t = mk("test", "--task", "12p_RMSNorm", "--kernel", str(kernel), "--seeds", "1")
+    assert t["ok"], t["summary"]
+    c = mk("compile", "--task", "12p_RMSNorm", "--kernel", str(kernel), "--chip", "v5e", "--size", "smoke")
+    assert c["ok"], c.get("error")
+    assert not target.exists()
