@@ -6,6 +6,9 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from maxkernel.harness.arrays import load_arrays
 from maxkernel.harness.copyout import CopyOutError, read_bytes
@@ -122,6 +125,14 @@ class Evaluator:
                                   f"{str(exc)[:200]})")
 
     def _judge_result(self, res: SandboxResult, meta: dict, ref_dir: Path, seeds: list[int], base: dict) -> Verdict:
+        if res.result and res.result.get("status") == "ran":
+            try:  # written inside the candidate's process: its shape is checked before any field is used
+                res.result = CandidateResult.model_validate(res.result).model_dump()
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(x) for x in first["loc"])
+                return Verdict(**base, status="error", stage="sandbox",
+                               reason=f"the candidate's process returned a malformed result ({where}: {first['msg']})")
         if "scratch" in res.limits_hit:
             return Verdict(**base, status="error", stage="sandbox",
                            reason=f"the candidate filled its scratch folder (the {self.settings.sandbox_scratch_mb} MiB cap)")
@@ -211,6 +222,27 @@ class Evaluator:
                            reason=f"{matched}, but it ran without isolation (isolation: none); set "
                                   "MAXKERNEL_ALLOW_UNISOLATED=1 to accept verdicts from an unisolated run")
         return Verdict(**common, **timing, status="correct", correctness=correctness, reason=matched)
+
+
+class _Timing(BaseModel):
+    baseline_ms: list[float]
+    kernel_ms: list[float]
+    source: str = "wall"
+
+
+class CandidateResult(BaseModel):
+    """What a candidate job that ran must return (result.json), checked before the verdict reads it."""
+
+    model_config = ConfigDict(extra="allow")
+    status: Literal["ran"]
+    backend: str
+    census: dict
+    outputs: dict[str, str]
+    compile_s: float | None = None
+    run_ms: list[float] = []
+    timing: _Timing
+    races: Any = None
+    timers_replaced: list[str] = []
 
 
 def _memory_hint(log: str) -> str:
