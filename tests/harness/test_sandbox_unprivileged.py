@@ -1,4 +1,5 @@
-"""The same escape probe when maxkernel runs as an ordinary user (made here): through evaluate, test and compile,
+"""The same escape probe when maxkernel runs as an ordinary user (made here): through evaluate and compile (test,
+profile and autotune start the same sandboxed job),
 with secrets planted in that user's own home and environment, the candidate still reaches none of them."""
 
 from __future__ import annotations
@@ -84,8 +85,6 @@ def test_the_probe_holds_when_the_tool_runs_as_an_ordinary_user(user_dir):
 
     v = mk("evaluate", "--task", "12p_RMSNorm", "--kernel", str(kernel), "--seeds", "1")
     assert v["status"] == "correct" and v["isolation"] == "bwrap", f"{v['reason']}\n{v['detail'][-1500:]}"
-    t = mk("test", "--task", "12p_RMSNorm", "--kernel", str(kernel), "--seeds", "1")
-    assert t["ok"], t["summary"]
     c = mk("compile", "--task", "12p_RMSNorm", "--kernel", str(kernel), "--chip", "v5e", "--size", "smoke")
     assert c["ok"], c.get("error")
     assert not target.exists()
