@@ -1,6 +1,7 @@
 """`maxkernel optimize` end to end: the replay model through the real Runner, tools and harness; usage errors."""
 
 import json
+import os
 import re
 
 import pytest
@@ -49,13 +50,35 @@ def test_the_answer_is_rejudged_correct_by_evaluate(replay_run, tmp_path):
     assert json.loads(r.stdout)["status"] == "correct"
 
 
-def test_gemini_without_credentials_exits_2_before_any_work(tmp_path):
+def _in_process(argv, data, tmp_path, monkeypatch, capsys):
+    """`maxkernel ...` in this process (usage errors start nothing heavy) with the child environment's settings:
+    no credentials, a private data folder, cwd in tmp_path so no developer .env is read."""
+    from maxkernel.cli import main
+    from maxkernel.settings import get_settings
+
+    env = agent_env(data)
+    for key in list(os.environ):
+        if key not in env:
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    get_settings.cache_clear()
+    try:
+        code = main(argv)
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_gemini_without_credentials_exits_2_before_any_work(tmp_path, monkeypatch, capsys):
     data = tmp_path / "data"
-    r = mk("optimize", "--task", "12p_RMSNorm", "--model", "gemini-2.5-flash", "--json",
-           env=agent_env(data), cwd=tmp_path, timeout=120)
-    assert r.returncode == 2
-    assert r.stdout == ""
-    lines = r.stderr.strip().splitlines()
+    code, out, err = _in_process(["optimize", "--task", "12p_RMSNorm", "--model", "gemini-2.5-flash", "--json"],
+                                 data, tmp_path, monkeypatch, capsys)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and "GOOGLE_API_KEY" in lines[0] and "--model replay" in lines[0]
     assert not data.exists()  # no session store, workspace or artifact was created
 
@@ -65,12 +88,11 @@ def test_gemini_without_credentials_exits_2_before_any_work(tmp_path):
     (["--task", "no_such_task", "--model", "replay"], "unknown task"),
     (["--task", "1p_Flash_Attention", "--model", "replay"], "recordings only for"),
 ])
-def test_usage_errors_exit_2_with_one_line(tmp_path, args, needle):
+def test_usage_errors_exit_2_with_one_line(tmp_path, monkeypatch, capsys, args, needle):
     if "--task" not in args:
         args = ["--task", "12p_RMSNorm", *args]
     data = tmp_path / "data"
-    r = mk("optimize", *args, env=agent_env(data), cwd=tmp_path, timeout=120)
-    assert r.returncode == 2
-    assert r.stdout == ""
-    assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr
+    code, out, err = _in_process(["optimize", *args], data, tmp_path, monkeypatch, capsys)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and needle in err
     assert not data.exists()
