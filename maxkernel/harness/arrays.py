@@ -34,8 +34,8 @@ def save_arrays(path: Path, arrays) -> None:
     tmp.replace(path)
 
 
-def load_arrays(source: Path | bytes) -> list[np.ndarray]:
-    """Read what save_arrays wrote (a path, or the file's bytes); refuses pickled content."""
+def load_arrays(source) -> list[np.ndarray]:
+    """Read what save_arrays wrote (a path, an open binary file, or the file's bytes); refuses pickled content."""
     with np.load(io.BytesIO(source) if isinstance(source, bytes) else source, allow_pickle=False) as z:
         names = json.loads(bytes(z["dtypes"]).decode())
         out = []

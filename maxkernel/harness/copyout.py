@@ -9,10 +9,12 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
-__all__ = ["CopyOutError", "TreeCopy", "read_bytes", "read_json", "copy_tree", "MAX_FILE_BYTES", "MAX_TREE_BYTES"]
+__all__ = ["CopyOutError", "TreeCopy", "open_regular", "read_bytes", "read_json", "copy_tree", "MAX_FILE_BYTES",
+           "MAX_TREE_BYTES"]
 
-MAX_FILE_BYTES = 256 << 20  # one output array file or trace file
+MAX_FILE_BYTES = 4 << 30  # one file: the job's own file-size rlimit (full-size arrays run to hundreds of MiB)
 MAX_TREE_BYTES = 1 << 30  # a whole profile trace
 MAX_RESULT_BYTES = 8 << 20  # result.json and other small records
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
@@ -43,17 +45,24 @@ def _open_dir(root: Path, parts: list[str]) -> int:
     return fd
 
 
-def _read_at(dir_fd: int, name: str, limit: int, shown: str) -> bytes:
+def _open_at(dir_fd: int, name: str, limit: int, shown: str) -> int:
+    """An fd of regular file `name` in `dir_fd`, opened without following a link, at most `limit` bytes."""
     try:
         fd = os.open(name, _READ, dir_fd=dir_fd)
     except OSError as exc:  # ELOOP: a symbolic link; ENOENT: absent
         raise CopyOutError(f"{shown}: {'a symbolic link' if exc.errno == errno.ELOOP else exc.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+        os.close(fd)
+        why = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"{st.st_size} bytes, over the {limit}-byte limit"
+        raise CopyOutError(f"{shown}: {why}")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _read_at(dir_fd: int, name: str, limit: int, shown: str) -> bytes:
+    fd = _open_at(dir_fd, name, limit, shown)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CopyOutError(f"{shown}: not a regular file")
-        if st.st_size > limit:
-            raise CopyOutError(f"{shown}: {st.st_size} bytes, over the {limit}-byte limit")
         chunks, total = [], 0
         while True:
             chunk = os.read(fd, min(1 << 20, limit + 1 - total))
@@ -66,6 +75,20 @@ def _read_at(dir_fd: int, name: str, limit: int, shown: str) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def open_regular(scratch: Path, rel: str, limit: int = MAX_FILE_BYTES) -> BinaryIO:
+    """Regular file `rel` inside `scratch`, opened for reading without following any link on the way (for large
+    files: the caller streams it instead of holding a copy in memory)."""
+    parts = _parts(rel)
+    try:
+        dir_fd = _open_dir(scratch, parts[:-1])
+    except OSError as exc:
+        raise CopyOutError(f"{rel}: {exc.strerror} on the way") from None
+    try:
+        return os.fdopen(_open_at(dir_fd, parts[-1], limit, rel), "rb")
+    finally:
+        os.close(dir_fd)
 
 
 def read_bytes(scratch: Path, rel: str, limit: int = MAX_FILE_BYTES) -> bytes:
@@ -99,7 +122,7 @@ class TreeCopy:
     bytes: int = 0
 
 
-def copy_tree(scratch: Path, rel: str, dest: Path, *, file_limit: int = MAX_FILE_BYTES,
+def copy_tree(scratch: Path, rel: str, dest: Path, *, file_limit: int = 256 << 20,
               total_limit: int = MAX_TREE_BYTES) -> TreeCopy:
     """Copy folder `rel` of `scratch` into `dest`: regular files and folders only; links, devices, FIFOs,
     sockets and oversized files are skipped and named. Nothing outside the scratch is ever read."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from maxkernel.harness.arrays import load_arrays
-from maxkernel.harness.copyout import CopyOutError, read_bytes
+from maxkernel.harness.copyout import CopyOutError, open_regular
 from maxkernel.harness.integrity import Census, judge
 from maxkernel.harness.numerics import compare
 from maxkernel.harness.sandbox import SandboxResult, WorkerPool
@@ -67,7 +68,11 @@ class Evaluator:
                 for s in missing:
                     for kind in ("inputs", "ref"):
                         tmp = folder / f".{kind}_{s}.npz.{time.monotonic_ns()}"
-                        tmp.write_bytes(read_bytes(res.scratch, f"{kind}_{s}.npz"))
+                        try:
+                            with open_regular(res.scratch, f"{kind}_{s}.npz") as src, open(tmp, "wb") as dst:
+                                shutil.copyfileobj(src, dst, 1 << 20)
+                        except CopyOutError as exc:
+                            raise HarnessError(f"reference for {task.name} ({size}) not taken: {exc}") from None
                         tmp.replace(folder / f"{kind}_{s}.npz")
                 tmp = folder / f".meta.json.{time.monotonic_ns()}"
                 tmp.write_text(json.dumps(res.result["meta"]))
@@ -171,7 +176,8 @@ class Evaluator:
             outs, refused = [], ""
             if name:
                 try:  # a name the candidate's process wrote: only a regular file inside its scratch is read
-                    outs = load_arrays(read_bytes(res.scratch, str(name)))
+                    with open_regular(res.scratch, str(name)) as f:
+                        outs = load_arrays(f)
                 except (CopyOutError, OSError, ValueError, KeyError) as exc:
                     refused = f" (its output file was refused: {exc})"
             if len(outs) != len(refs):
