@@ -81,7 +81,10 @@ def declared_sizes(task) -> list[str] | None:
 def check_size(task, size: str) -> str:
     sizes = declared_sizes(task)
     if sizes is None:
-        sizes = task.sizes
+        try:
+            sizes = task.sizes  # imports the task: a broken baseline.py is the user's input, not our failure
+        except Exception as exc:  # noqa: BLE001
+            raise UsageError(f"task {task.name}: baseline.py does not load ({type(exc).__name__}: {exc})") from None
     if size not in sizes:
         raise UsageError(f"task {task.name} has no size {size!r} (has {', '.join(sizes)})")
     return size

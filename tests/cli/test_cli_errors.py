@@ -65,6 +65,13 @@ def test_size_a_task_does_not_declare(task_without_smoke, capsys):
     assert out == "" and err == "maxkernel: error: task plain_task has no size 'smoke' (has full)\n"
 
 
+def test_a_task_whose_baseline_does_not_load_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "baseline.py").write_text("SIZES = dict(smoke={})\nraise RuntimeError('broken task')\n")
+    assert main(["test", "--task", str(tmp_path), "--kernel", KERNEL]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "baseline.py does not load (RuntimeError: broken task)" in err
+
+
 def test_chip_is_checked_before_task_and_kernel(capsys):
     """Cheapest first: with everything wrong, the chip is what is reported (no task lookup, no file check)."""
     assert main(["compile", "--task", "nosuch", "--kernel", "missing.py", "--chip", "v9"]) == 2
