@@ -1,9 +1,11 @@
 """Harness speed: evaluations per minute on smoke tasks, and the harness's overhead over the kernel's own run.
 
-Run: python benchmarks/eval_throughput.py [--evals 20] [--parallel 2] [--json]
-Overhead = an evaluation's wall time minus the candidate's own compile and runs (what the harness adds:
-sandbox hand-off, input copies, baseline compile and interleaved timing, comparison). References are
-cached after the first evaluation of a task, as in real use; the first round is reported separately.
+Run: python benchmarks/eval_throughput.py [--evals 20] [--parallel 1] [--pool 2] [--json]
+Overhead = an evaluation's wall time minus the candidate's own compile and runs and the baseline's timed runs
+(what the harness adds: sandbox hand-offs, the judge's references, calibration and census of the TPU lowering,
+the candidate's second trace and TPU lowering, output hashing, comparison). Since verdict v2 every evaluation
+draws fresh seeds, so references are computed every time (two sandboxed jobs per verdict); before it they were
+cached after the first evaluation of a task. benchmarks/results/verdict_v2_overhead_*.json keep both.
 """
 
 from __future__ import annotations
@@ -24,14 +26,15 @@ KERNELS = [("12p_RMSNorm", ROOT / "tests/harness/kernels/rmsnorm_rows.py"),
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--evals", type=int, default=20)
-    ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--parallel", type=int, default=1)
+    ap.add_argument("--pool", type=int, default=2, help="pre-started workers (an evaluation takes two)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
     from maxkernel.harness.evaluate import Evaluator
     from maxkernel.harness.sandbox import WorkerPool
 
-    with Evaluator(WorkerPool(size=args.parallel)) as ev:
+    with Evaluator(WorkerPool(size=args.pool)) as ev:
         t0 = time.monotonic()
         warm = [ev.evaluate(task, kernel) for task, kernel in KERNELS]  # fills the reference cache
         warm_s = time.monotonic() - t0
@@ -45,7 +48,7 @@ def main() -> int:
     over = [v.overhead_s for v in verdicts if v.overhead_s is not None]
     own = [v.wall_s - v.overhead_s for v in verdicts if v.overhead_s is not None]
     report = {
-        "evals": len(verdicts), "parallel": args.parallel, "statuses": statuses,
+        "evals": len(verdicts), "parallel": args.parallel, "pool": args.pool, "statuses": statuses,
         "evals_per_minute": round(60 * len(verdicts) / wall, 2),
         "first_round_s_with_references": round(warm_s, 2),
         "overhead_s": {"median": round(statistics.median(over), 3), "max": round(max(over), 3)},

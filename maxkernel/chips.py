@@ -159,3 +159,16 @@ def roofline_seconds(chip: Chip, flops: float, bytes_accessed: float) -> float:
 def ridge_point(chip: Chip) -> float:
     """Arithmetic intensity (FLOP per HBM byte) above which a kernel is compute-bound on `chip`."""
     return chip.peak_bf16_flops / chip.hbm_bytes_per_s
+
+
+def trace_context(chip: Chip):
+    """Trace and lower as if on `chip`, so pltpu.get_tpu_info(), Mosaic's tiling checks and emit_pipeline resolve
+    on a host without it (a no-op context for chips that are not TPUs)."""
+    import contextlib
+
+    if not chip.is_tpu:
+        return contextlib.nullcontext()
+    from jax.sharding import AbstractDevice, AbstractMesh, use_abstract_mesh
+
+    device = AbstractDevice(device_kind=chip.abstract_device_kind, num_cores=chip.cores_per_device, platform="tpu")
+    return use_abstract_mesh(AbstractMesh((), (), abstract_device=device))

@@ -26,7 +26,8 @@ class Settings(BaseSettings):
     heldout_seed_base: int = Field(default=7919, description="First seed of the held-out set used for final verdicts.")
     eval_timeout_s: float = Field(default=300.0, gt=0, description="Wall-clock limit for one candidate run.")
     eval_memory_mb: int = Field(default=6144, ge=2048, description="Address-space limit of a candidate process.")
-    pool_size: int = Field(default=1, ge=0, description="Pre-started sandboxed workers kept warm by long-lived callers.")
+    pool_size: int = Field(default=2, ge=0, description="Pre-started sandboxed workers kept warm by long-lived callers "
+                           "(an evaluation takes two: the candidate's and the judge's).")
     debug: bool = Field(default=False, description="Print tracebacks for internal errors of the CLI.")
 
     # Models: "replay" (offline), any gemini-* name (API key or Vertex AI), or a LiteLLM "provider/model" string.

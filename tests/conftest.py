@@ -69,11 +69,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 @pytest.fixture(scope="session")
 def evaluator():
-    """One evaluator with one pre-started sandboxed worker, shared by every test that judges kernels."""
+    """One evaluator with two pre-started sandboxed workers (the candidate's and the judge's), shared by every test
+    that judges kernels."""
     from maxkernel.harness.evaluate import Evaluator
     from maxkernel.harness.sandbox import WorkerPool
 
-    with Evaluator(WorkerPool(size=1)) as ev:
+    with Evaluator(WorkerPool(size=2)) as ev:
         yield ev
 
 

@@ -16,18 +16,28 @@ def _spec(target: Target) -> str:
 
 @click.command()
 @target_options()
-@click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1), help="number of seeds")
-@click.option("--seed-base", default=0, show_default=True, type=int,
-              help="first seed (held-out verdicts use a base the agent never saw)")
+@click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1),
+              help="number of input seeds (drawn fresh for every evaluation)")
+@click.option("--replay-seeds", default=None, metavar="S1,S2,...",
+              help="replay an earlier verdict: use exactly these seeds (from its correctness.seeds)")
 @click.option("--timeout", default=None, type=click.FloatRange(min=0, min_open=True), help="seconds for the candidate run")
-def evaluate(target: Target, seeds: int, seed_base: int, timeout: float | None, as_json: bool) -> None:
+def evaluate(target: Target, seeds: int, replay_seeds: str | None, timeout: float | None, as_json: bool) -> None:
     """The trusted verdict on a kernel: sandboxed, multi-seed, integrity-checked."""
+    from maxkernel.cli._common import UsageError
     from maxkernel.harness.evaluate import evaluate as run_evaluate
 
-    seed_list = list(range(seed_base, seed_base + seeds))
-    progress(f"evaluating {target.kernel} on {target.task.name} ({target.size}, seeds {seed_list[0]}..{seed_list[-1]})"
-             " in a sandbox")
-    v = run_evaluate(target.task, target.kernel, size=target.size, seeds=seed_list, timeout=timeout)
+    exact = None
+    if replay_seeds is not None:
+        try:
+            exact = [int(s) for s in replay_seeds.split(",") if s.strip()]
+        except ValueError:
+            raise UsageError(f"--replay-seeds takes integers separated by commas, not {replay_seeds!r}") from None
+        if not exact or any(s < 0 for s in exact):
+            raise UsageError("--replay-seeds needs at least one non-negative seed")
+    what = f"seeds {exact}" if exact else f"{seeds} fresh seeds"
+    progress(f"evaluating {target.kernel} on {target.task.name} ({target.size}, {what}) in a sandbox")
+    v = run_evaluate(target.task, target.kernel, size=target.size, seeds=exact or [0] * seeds,
+                     exact_seeds=exact is not None, timeout=timeout)
     lines = [f"{v.status.upper()}: {v.reason}"]
     if v.correctness.max_rel_err is not None:
         lines.append(f"max error {v.correctness.max_rel_err:.3g} (tolerance {v.correctness.tolerance:.3g}) "

@@ -14,7 +14,7 @@ __all__ = ["Judgement", "FAILURES", "heldout_seeds", "judge_kernel", "failure_ca
            "find_kernel", "find_task_and_size"]
 
 # How a task can fail, in the field's usual buckets, plus the two ways an agent can fail before any verdict.
-FAILURES = ("compile", "runtime", "incorrect", "timeout", "rejected", "no_kernel", "agent_error")
+FAILURES = ("compile", "runtime", "incorrect", "timeout", "rejected", "unverifiable", "no_kernel", "agent_error")
 _COMPILE_STAGES = {"import", "trace", "compile", "lower"}
 _BEST = (re.compile(r"Best kernel:\s*(.+?\.py) from iteration"), re.compile(r"Best kernel:\s*(\S+?\.py)\b"))
 _SIZE = re.compile(r"\b(smoke|full)\b")
@@ -72,6 +72,8 @@ def failure_category(verdict: dict | None) -> str | None:
         return None
     if status == "error":
         return "compile" if verdict.get("stage") in _COMPILE_STAGES else "runtime"
+    if status == "unverifiable_on_cpu":  # compiles for the chip; the CPU interpreter cannot run it
+        return "unverifiable"
     return status if status in FAILURES else "runtime"
 
 

@@ -56,7 +56,7 @@ def run(job: dict, scratch: Path) -> dict:
 
     t0 = time.perf_counter()
     try:
-        with _chip_context(chip):
+        with chips_mod.trace_context(chip):
             jax.jit(fn).trace(*structs).lower(lowering_platforms=(chip.lowering_platform,))
     except Exception as exc:  # noqa: BLE001
         out["lower_s"] = time.perf_counter() - t0
@@ -80,7 +80,7 @@ def run(job: dict, scratch: Path) -> dict:
     placed = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), structs)
     t0 = time.perf_counter()
     try:
-        with _chip_context(chip):
+        with chips_mod.trace_context(chip):
             lowered = jax.jit(fn).trace(*placed).lower()
             t0 = time.perf_counter()
             compiled = lowered.compile()
@@ -175,19 +175,6 @@ def _native(out: dict, fn, structs, task, size) -> dict:
     out.update(ok=True, vmem_bytes=vmem_from_hlo(compiled.as_text()), memory=_memory(compiled))
     _fill_costs(out, compiled, chip, task, size, structs)
     return out
-
-
-def _chip_context(chip):
-    """Trace as if on `chip`, so pltpu.get_tpu_info() and emit_pipeline resolve on a CPU host."""
-    import contextlib
-
-    if not chip.is_tpu:
-        return contextlib.nullcontext()
-    from jax.sharding import AbstractDevice, AbstractMesh, use_abstract_mesh
-
-    device = AbstractDevice(device_kind=chip.abstract_device_kind, num_cores=chip.cores_per_device,
-                            platform="tpu")
-    return use_abstract_mesh(AbstractMesh((), (), abstract_device=device))
 
 
 def _topology_device(chip):

@@ -28,7 +28,7 @@ def estimate_vmem(fn, structs, chip) -> tuple[int, int] | None:
 
     if not chip.is_tpu:
         return None
-    with _compile_job._chip_context(chip):
+    with chips.trace_context(chip):
         jaxpr = jax.jit(fn).trace(*structs).jaxpr
     worst = None
     for eqn in _pallas_eqns(jaxpr.jaxpr):

@@ -1,9 +1,11 @@
-"""The trusted verdict: references in one sandboxed process, the candidate in another, compared here."""
+"""The trusted verdict: the candidate runs in one sandboxed process, the judge's work (references, the baseline's
+timing and error, the census of the candidate's TPU lowering) in another that never sees candidate code, and the
+two are compared here. Nothing the candidate's process writes is believed beyond the arrays it computed."""
 
 from __future__ import annotations
 
 import json
-import shutil
+import secrets
 import threading
 import time
 from pathlib import Path
@@ -12,33 +14,49 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from maxkernel.harness.arrays import load_arrays
-from maxkernel.harness.copyout import CopyOutError, open_regular
-from maxkernel.harness.integrity import Census, judge
-from maxkernel.harness.numerics import compare
+from maxkernel.harness.copyout import CopyOutError, open_regular, read_bytes
+from maxkernel.harness.integrity import Census, judge, judge_lowering
+from maxkernel.harness.numerics import compare, fro_tolerance
+from maxkernel.harness.reference_job import MAX_LOWERED_BYTES
 from maxkernel.harness.sandbox import SandboxResult, WorkerPool
-from maxkernel.harness.verdict import Correctness, SeedCheck, Timing, Verdict
+from maxkernel.harness.static_check import check_source
+from maxkernel.harness.verdict import Correctness, SeedCheck, TimedCheck, Timing, Verdict
 from maxkernel.settings import get_settings
 from maxkernel.tasks import Task, load_task
 
-__all__ = ["Evaluator", "evaluate", "shared_evaluator", "HarnessError", "MAX_PLAUSIBLE_SPEEDUP"]
+__all__ = ["Evaluator", "evaluate", "shared_evaluator", "HarnessError", "MAX_PLAUSIBLE_SPEEDUP", "draw_seeds"]
 
 MAX_PLAUSIBLE_SPEEDUP = 10.0
-_REF_FORMAT = 2  # bump when reference_job's outputs change, so stale caches are not read
 CPU_TIMING_LABEL = ("CPU wall time: the Pallas TPU interpreter against XLA:CPU; says nothing about TPU "
                     "kernel performance")
+_CLOCK_SLACK_MS = 5.0  # rounding between the two processes' reads of one monotonic clock
+_GAP_MS = 1.0  # the loop's own cost per timed call (clock reads, list appends), generously
 
 
 class HarnessError(RuntimeError):
     """The harness itself failed (not the candidate): the reference could not be computed."""
 
 
-class Evaluator:
-    """Judges candidate kernels. Reuse one Evaluator (and its pool) for many evaluations."""
+def draw_seeds(n: int) -> list[int]:
+    """`n` fresh, unpredictable input seeds covering the suite's input distributions in turn (seed % 3)."""
+    return [3 * secrets.randbelow(1 << 29) + i % 3 for i in range(n)]
 
-    def __init__(self, pool: WorkerPool | None = None):
+
+class Evaluator:
+    """Judges candidate kernels. Reuse one Evaluator (and its pool) for many evaluations.
+
+    Two guards stop a kernel from reaching into the harness from inside its own process: the source allow-list
+    (`static_check`, before the import) and the watch on the functions the harness relies on (`watch`, after the
+    import and the run). Only tests turn them off, to prove the layers behind them on their own.
+    """
+
+    def __init__(self, pool: WorkerPool | None = None, *, static_check: bool = True, watch: bool = True):
         self.settings = get_settings()
         self._own_pool = pool is None
         self.pool = pool or WorkerPool()
+        self.static_check = static_check
+        self.watch = watch
+        self._meta: dict = {}
 
     def close(self) -> None:
         if self._own_pool:
@@ -50,41 +68,36 @@ class Evaluator:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # -- references -------------------------------------------------------------------------------------
-    def references(self, task: Task, size: str, seeds: list[int]) -> tuple[dict, Path]:
-        """(meta, folder) for the task's references at `size`; computed in a sandbox once, then cached."""
-        folder = self.settings.cache_dir / "refs" / f"{task.name}-{task.digest}-{size}-v{_REF_FORMAT}"
-        missing = [s for s in seeds if not (folder / f"ref_{s}.npz").is_file()]
-        if not (folder / "meta.json").is_file():  # a run interrupted before meta.json: redo every seed asked
-            missing = list(seeds)
-        if missing:
-            spec, task_files = task.for_job()
-            res = self.pool.run({"kind": "reference", "task": spec, "size": size, "seeds": missing}, task_files)
-            try:
-                if res.status != "ok" or (res.result or {}).get("status") != "ok":
-                    detail = (res.result or {}).get("error") or res.stderr_tail[-1500:]
-                    raise HarnessError(f"reference for {task.name} ({size}) failed: {res.status}: {detail}")
-                folder.mkdir(parents=True, exist_ok=True)
-                for s in missing:
-                    for kind in ("inputs", "ref"):
-                        tmp = folder / f".{kind}_{s}.npz.{time.monotonic_ns()}"
-                        try:
-                            with open_regular(res.scratch, f"{kind}_{s}.npz") as src, open(tmp, "wb") as dst:
-                                shutil.copyfileobj(src, dst, 1 << 20)
-                        except CopyOutError as exc:
-                            raise HarnessError(f"reference for {task.name} ({size}) not taken: {exc}") from None
-                        tmp.replace(folder / f"{kind}_{s}.npz")
-                tmp = folder / f".meta.json.{time.monotonic_ns()}"
-                tmp.write_text(json.dumps(res.result["meta"]))
-                tmp.replace(folder / "meta.json")
-            finally:
-                res.cleanup()
-        return json.loads((folder / "meta.json").read_text()), folder
+    # -- the judge's side -------------------------------------------------------------------------------------
+    def _judge_job(self, task: Task, size: str, seeds: list[int], reps: int, lowered: bytes | None) -> SandboxResult:
+        spec, task_files = task.for_job()
+        files: dict = dict(task_files)
+        if lowered is not None:
+            files["lowered_tpu.mlir"] = lowered
+        job = {"kind": "reference", "task": spec, "size": size, "seeds": seeds, "reps": reps, "time_budget_s": 2.0,
+               "lowered": "lowered_tpu.mlir" if lowered is not None else None}
+        res = self.pool.run(job, files)
+        if res.status != "ok" or (res.result or {}).get("status") != "ok":
+            detail = (res.result or {}).get("error") or res.stderr_tail[-1500:]
+            res.cleanup()
+            raise HarnessError(f"reference for {task.name} ({size}) failed: {res.status}: {detail}")
+        return res
 
-    # -- the verdict ------------------------------------------------------------------------------------
+    def task_meta(self, task: str | Task, size: str) -> dict:
+        """The task's declared outputs, tolerances, FLOPs and bytes at `size` (from one fresh seed; cached)."""
+        task = task if isinstance(task, Task) else load_task(task)
+        key = (task.name, task.digest, size)
+        if key not in self._meta:
+            res = self._judge_job(task, size, draw_seeds(1), 0, None)
+            res.cleanup()
+            self._meta[key] = res.result["meta"]
+        return self._meta[key]
+
+    # -- the verdict ------------------------------------------------------------------------------------------
     def evaluate(self, task: str | Task, kernel: str | Path, *, size: str = "smoke", seeds: list[int] | None = None,
                  timeout: float | None = None, reps: int | None = None, tunables: dict | None = None,
-                 detect_races: bool = True) -> Verdict:
+                 detect_races: bool = True, exact_seeds: bool = False) -> Verdict:
+        """Judge `kernel` on fresh seeds (as many as `seeds` names; `exact_seeds=True` replays those exact ones)."""
         t_start = time.monotonic()
         task = task if isinstance(task, Task) else load_task(task)
         kernel = Path(kernel)
@@ -92,52 +105,97 @@ class Evaluator:
             raise FileNotFoundError(f"kernel file not found: {kernel}")
         if size not in task.sizes:
             raise ValueError(f"task {task.name} has no size {size!r} (has {', '.join(task.sizes)})")
-        seeds = list(seeds if seeds is not None else range(self.settings.eval_seeds))
-        meta, ref_dir = self.references(task, size, seeds)
+        n = len(seeds) if seeds else self.settings.eval_seeds
+        drawn = [int(s) for s in seeds] if (exact_seeds and seeds) else draw_seeds(n)
+        reps = 5 if reps is None else reps
+        source = kernel.read_bytes()
         base = dict(task=task.name, kernel_file=str(kernel), size=size, isolation=self.pool_isolation(),
-                    passed_env=self.settings.sandbox_env_names)
+                    passed_env=self.settings.sandbox_env_names,
+                    correctness=Correctness(seeds=drawn, seeds_drawn="replayed" if exact_seeds and seeds else "fresh"))
+        if self.static_check:
+            why = check_source(source.decode("utf-8", errors="replace"), kernel.name)
+            if why:
+                return Verdict(**base, status="rejected", stage="static", reason=why,
+                               wall_s=time.monotonic() - t_start)
 
         spec, task_files = task.for_job()
-        files: dict = {"kernel.py": kernel.read_bytes(), **task_files}
-        files.update({f"inputs_{s}.npz": ref_dir / f"inputs_{s}.npz" for s in seeds})
-        job = {"kind": "candidate", "task": spec, "seeds": seeds, "kernel": "kernel.py",
-               "tunables": tunables or {}, "reps": 5 if reps is None else reps, "time_budget_s": 2.0,
-               "detect_races": detect_races}
-        res = self.pool.run(job, files, timeout or self.settings.eval_timeout_s)
+        job = {"kind": "candidate", "task": spec, "size": size, "seeds": drawn, "kernel": "kernel.py",
+               "tunables": tunables or {}, "reps": reps, "time_budget_s": 2.0, "detect_races": detect_races,
+               "watch": self.watch}
+        t_sub = time.monotonic()
+        res = self.pool.run(job, {"kernel.py": source, **task_files}, timeout or self.settings.eval_timeout_s)
+        window = (t_sub, time.monotonic())
+        ref = None
         try:
-            verdict = self._judge(res, meta, ref_dir, seeds, base)
+            verdict = self._early(res, base)
+            if verdict is not None and _interpreter_failure(verdict, res.result):
+                verdict = self._unverifiable(verdict, task, size, source, task_files, tunables)
+            if verdict is None:
+                lowered = self._lowered(res)
+                ref = self._judge_job(task, size, drawn, reps, lowered)
+                verdict = self._guarded(res, ref, window, base)
         finally:
             res.cleanup()
+            if ref is not None:
+                ref.cleanup()
         wall = time.monotonic() - t_start
         own = None
         if verdict.kernel is not None and verdict.status != "error":
             r = res.result
-            own = (r.get("compile_s") or 0.0) + sum(r.get("run_ms") or []) / 1e3 + sum(verdict.kernel.samples_ms) / 1e3
+            own = ((r.get("compile_s") or 0.0) + sum(r.get("run_ms") or []) / 1e3 + sum(verdict.kernel.samples_ms) / 1e3
+                   + (sum(verdict.baseline.samples_ms) / 1e3 if verdict.baseline else 0.0))
         return verdict.model_copy(update={"wall_s": wall, "overhead_s": None if own is None else max(wall - own, 0.0)})
+
+    def _unverifiable(self, verdict: Verdict, task: Task, size: str, source: bytes, task_files: dict,
+                      tunables: dict | None) -> Verdict:
+        """The interpreter failed inside its own code: if the kernel compiles for a v5e, say it needs hardware."""
+        spec, _ = task.for_job()
+        job = {"kind": "compile", "task": spec, "kernel": "kernel.py", "chip": "v5e", "size": size,
+               "tunables": tunables or {}}
+        res = self.pool.run(job, {"kernel.py": source, **task_files})
+        try:
+            r = res.result if res.status == "ok" and isinstance(res.result, dict) else {}
+        finally:
+            res.cleanup()
+        if r.get("ok") is not True:
+            return verdict
+        took = r.get("compile_s")
+        return verdict.model_copy(update={
+            "status": "unverifiable_on_cpu",
+            "reason": f"jax's TPU interpreter cannot run this kernel ({verdict.reason[:600]}), but it compiles for "
+                      f"v5e (Mosaic + XLA:TPU{f', {took:.2f} s' if isinstance(took, (int, float)) else ''}): "
+                      "its correctness needs a TPU to be checked",
+            "detail": verdict.detail})
 
     def pool_isolation(self) -> str:
         from maxkernel.harness.sandbox import isolation_mode
 
         return isolation_mode()
 
-    def _judge(self, res: SandboxResult, meta: dict, ref_dir: Path, seeds: list[int], base: dict) -> Verdict:
+    @staticmethod
+    def _lowered(res: SandboxResult) -> bytes | None:
+        name = (res.result or {}).get("lowered_tpu")
+        if name != "lowered_tpu.mlir":  # only the name this harness gave it
+            return None
         try:
-            return self._judge_result(res, meta, ref_dir, seeds, base)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-            # result.json is written inside the candidate's process: a malformed one is an error, never a crash here.
-            return Verdict(**base, status="error", stage="sandbox",
-                           reason=f"the candidate's process returned a malformed result ({type(exc).__name__}: "
-                                  f"{str(exc)[:200]})")
+            return read_bytes(res.scratch, name, MAX_LOWERED_BYTES)
+        except CopyOutError:
+            return None
 
-    def _judge_result(self, res: SandboxResult, meta: dict, ref_dir: Path, seeds: list[int], base: dict) -> Verdict:
+    def _early(self, res: SandboxResult, base: dict) -> Verdict | None:
+        """The verdict when the candidate's job did not run to the end (or returned garbage); else None."""
+        try:
+            return self._early_checked(res, base)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            return _malformed(base, f"{type(exc).__name__}: {str(exc)[:200]}")
+
+    def _early_checked(self, res: SandboxResult, base: dict) -> Verdict | None:
         if res.result and res.result.get("status") == "ran":
             try:  # written inside the candidate's process: its shape is checked before any field is used
                 res.result = CandidateResult.model_validate(res.result).model_dump()
             except ValidationError as exc:
                 first = exc.errors()[0]
-                where = ".".join(str(x) for x in first["loc"])
-                return Verdict(**base, status="error", stage="sandbox",
-                               reason=f"the candidate's process returned a malformed result ({where}: {first['msg']})")
+                return _malformed(base, f"{'.'.join(str(x) for x in first['loc'])}: {first['msg']}")
         if "scratch" in res.limits_hit:
             return Verdict(**base, status="error", stage="sandbox",
                            reason=f"the candidate filled its scratch folder (the {self.settings.sandbox_scratch_mb} MiB cap)")
@@ -156,47 +214,57 @@ class Evaluator:
                            reason=f"the candidate process died without a result (exit code {res.returncode})"
                                   + _memory_hint(res.stderr_tail),
                            detail=res.stderr_tail[-2000:])
-        integrity = r.get("census") or {}
-        if r.get("status") != "ran":
-            return Verdict(**base, status="error", stage=r.get("stage", "worker"), reason=r.get("error", "unknown error"),
-                           detail=r.get("traceback", "")[-2000:], integrity=integrity, backend=r.get("backend", ""))
+        status = r.get("status")
+        if status in ("bad_output", "bad_trace"):
+            return Verdict(**base, status="rejected", stage="outputs" if status == "bad_output" else "trace",
+                           reason=str(r.get("error", ""))[:2000], backend=str(r.get("backend", "")))
+        if status != "ran":
+            return Verdict(**base, status="error", stage=str(r.get("stage", "worker")),
+                           reason=str(r.get("error", "unknown error"))[:2000], detail=str(r.get("traceback", ""))[-2000:],
+                           integrity=r.get("census") if isinstance(r.get("census"), dict) else {},
+                           backend=str(r.get("backend", "")))
+        return None
+
+    def _guarded(self, res: SandboxResult, ref: SandboxResult, window: tuple, base: dict) -> Verdict:
+        try:
+            return self._decide(res, ref, window, base)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            return _malformed(base, f"{type(exc).__name__}: {str(exc)[:200]}")
+
+    def _decide(self, res: SandboxResult, ref: SandboxResult, window: tuple, base: dict) -> Verdict:
+        r, j = res.result, ref.result
+        meta = j["meta"]
+        audit = j.get("audit")
+        integrity = dict(r["census"])
+        if isinstance(audit, dict) and "error" not in audit:
+            heavy, outside = float(audit.get("pallas_flops_max") or 0), float(audit.get("outside_flops") or 0)
+            # pallas_share counts every branch at its lightest (work that may not run is not credit);
+            # pallas_share_max at its heaviest, for kernels that skip work by design (causal attention).
+            integrity.update(lowering=audit, census_source="tpu_lowering", pallas_share=audit.get("pallas_share"),
+                             pallas_share_max=round(heavy / (heavy + outside), 4) if heavy + outside else 0.0)
+        else:
+            integrity.update(census_source="candidate_jaxpr",
+                             lowering_error=(audit or {}).get("error") or r.get("export_error") or "not lowered")
         common = dict(base, integrity=integrity, backend=r["backend"], compile_s=r.get("compile_s"))
         if r.get("timers_replaced"):
             return Verdict(**common, status="rejected", stage="integrity",
-                           reason=f"timer functions were replaced by the candidate: {', '.join(r['timers_replaced'])}")
-        why = judge(Census.from_dict(integrity), meta.get("baseline_flops"))
+                           reason="the kernel replaced functions the harness relies on while it runs and times it: "
+                                  + ", ".join(r["timers_replaced"])[:1500])
+        if integrity["census_source"] == "tpu_lowering":
+            why = judge_lowering(audit, meta)
+        elif r["backend"] == "cpu":
+            why = judge(Census.from_dict(r["census"]), meta.get("baseline_flops")) or (
+                  f"the kernel does not lower for TPU ({integrity['lowering_error'][:300]}): the census that "
+                  "decides runs on the TPU lowering, in a process that never imports the kernel")
+        else:
+            why = judge(Census.from_dict(r["census"]), meta.get("baseline_flops"))
         if why:
             return Verdict(**common, status="rejected", stage="integrity", reason=why)
 
-        checks, worst, reasons = [], 0.0, []
-        tolerance = min(meta["tolerances"]) if meta["tolerances"] else None
-        for s in seeds:
-            refs = load_arrays(ref_dir / f"ref_{s}.npz")
-            name = r["outputs"].get(str(s))
-            outs, refused = [], ""
-            if name:
-                try:  # a name the candidate's process wrote: only a regular file inside its scratch is read
-                    with open_regular(res.scratch, str(name)) as f:
-                        outs = load_arrays(f)
-                except (CopyOutError, OSError, ValueError, KeyError) as exc:
-                    refused = f" (its output file was refused: {exc})"
-            if len(outs) != len(refs):
-                check = SeedCheck(seed=s, ok=False, reason=f"{len(outs)} outputs, expected {len(refs)}{refused}")
-            else:
-                ms = [compare(i, o, ref, meta["out_dtypes"][i], meta["tolerances"][i])
-                      for i, (o, ref) in enumerate(zip(outs, refs))]
-                bad = max(ms, key=lambda m: (not m.ok, m.rel_err / m.tolerance))
-                check = SeedCheck(seed=s, ok=all(m.ok for m in ms), max_rel_err=max(m.rel_err for m in ms),
-                                  reason=bad.reason, bad_elements=bad.bad_elements,
-                                  worst_index=list(bad.worst_index), worst_out=bad.worst_out,
-                                  worst_ref=bad.worst_ref)
-            checks.append(check)
-            worst = max(worst, check.max_rel_err if check.max_rel_err is not None else float("inf"))
-            if not check.ok:
-                reasons.append(f"seed {s}: {check.reason}")
-        correctness = Correctness(max_rel_err=worst, tolerance=tolerance, seeds=seeds, per_seed=checks)
-
-        baseline = Timing.of(r["timing"]["baseline_ms"])
+        correctness, reasons = self._correctness(res, ref, meta, base["correctness"].seeds,
+                                                 base["correctness"].seeds_drawn)
+        common["correctness"] = correctness
+        baseline = Timing.of(j["timing"]["baseline_ms"])
         kernel = Timing.of(r["timing"]["kernel_ms"])
         speedup = baseline.median_ms / kernel.median_ms if baseline and kernel and kernel.median_ms > 0 else None
         flags = []
@@ -204,9 +272,6 @@ class Evaluator:
             flags.append("cpu_timing")
         if res.isolation != "bwrap":
             flags.append("degraded_sandbox")
-        if speedup is not None and speedup > MAX_PLAUSIBLE_SPEEDUP:
-            flags.append("speedup_over_10x")
-        flags += _roofline_flags(r["backend"], meta, kernel)
         if r["backend"] == "cpu":
             label = CPU_TIMING_LABEL
         elif r["timing"].get("source") == "device":
@@ -215,40 +280,166 @@ class Evaluator:
             label = f"{r['backend']} wall time around block_until_ready (no device events in the profile)"
         timing = dict(baseline=baseline, kernel=kernel, speedup=speedup, flags=flags, timing_label=label)
         if r.get("races"):
-            return Verdict(**common, **timing, status="incorrect", stage="run", correctness=correctness,
+            return Verdict(**common, **timing, status="incorrect", stage="run",
                            reason="the strict TPU interpreter found a data race between DMAs/accesses")
         if reasons:
-            return Verdict(**common, **timing, status="incorrect", stage="compare", correctness=correctness,
+            return Verdict(**common, **timing, status="incorrect", stage="compare",
                            reason="; ".join(reasons)[:2000])
-        matched = f"matches the reference on {len(seeds)} seeds (worst error {worst:.3g}, tolerance {tolerance:.3g})"
+        unscorable = (_clock_problem("kernel", r["timing"], window)
+                      or _clock_problem("baseline", {"kernel_ms": j["timing"]["baseline_ms"], **j["timing"]}, None)
+                      or _implausible(r["backend"], meta, kernel, speedup))
+        if unscorable:
+            return Verdict(**common, **timing, status="rejected", stage="timing",
+                           reason=unscorable)
+        worst = correctness.max_rel_err or 0.0
+        matched = (f"matches the reference on {len(correctness.seeds)} {correctness.seeds_drawn} seeds (worst error {worst:.3g}, "
+                   f"tolerance {correctness.tolerance:.3g}; Frobenius {correctness.max_fro_err:.3g}, "
+                   f"bound {correctness.fro_tolerance:.3g})")
         if res.isolation != "bwrap" and not self.settings.allow_unisolated:
             # Without the sandbox the candidate could have reached the harness's files: never called correct
             # unless the user accepts that (MAXKERNEL_ALLOW_UNISOLATED), so reports and searches never count it.
-            return Verdict(**common, **timing, status="rejected", stage="isolation", correctness=correctness,
+            return Verdict(**common, **timing, status="rejected", stage="isolation",
                            reason=f"{matched}, but it ran without isolation (isolation: none); set "
                                   "MAXKERNEL_ALLOW_UNISOLATED=1 to accept verdicts from an unisolated run")
-        return Verdict(**common, **timing, status="correct", correctness=correctness, reason=matched)
+        return Verdict(**common, **timing, status="correct", reason=matched)
+
+    def _correctness(self, res: SandboxResult, ref: SandboxResult, meta: dict, seeds: list[int], drawn_how: str):
+        """Every input set's outputs, and every timed repetition's, against the judge's references."""
+        r = res.result
+        dtypes, tols = meta["out_dtypes"], meta["tolerances"]
+        calib = meta.get("baseline_errors") or [{} for _ in dtypes]
+        fro_tols = [fro_tolerance(d, c.get("fro")) for d, c in zip(dtypes, calib)]
+        refs = [load_arrays(_open(ref.scratch, f"ref_{i}.npz")) for i in range(len(seeds))]
+
+        def check(name: str, i: int) -> tuple[SeedCheck, list]:
+            outs, refused = [], ""
+            try:  # fixed names this harness chose, read without following links, size-capped
+                with open_regular(res.scratch, name) as f:
+                    outs = load_arrays(f)
+            except (CopyOutError, OSError, ValueError, KeyError) as exc:
+                refused = f" (its output file was refused: {exc})"
+            if len(outs) != len(refs[i]):
+                return SeedCheck(seed=seeds[i], ok=False, reason=f"{len(outs)} outputs, expected {len(refs[i])}{refused}"), []
+            ms = [compare(k, o, rr, dtypes[k], tols[k], fro_tols[k]) for k, (o, rr) in enumerate(zip(outs, refs[i]))]
+            bad = max(ms, key=lambda m: (not m.ok, m.rel_err / m.tolerance))
+            return SeedCheck(seed=seeds[i], ok=all(m.ok for m in ms), max_rel_err=max(m.rel_err for m in ms),
+                             fro_err=max(m.fro_err for m in ms), reason=bad.reason, bad_elements=bad.bad_elements,
+                             worst_index=list(bad.worst_index), worst_out=bad.worst_out, worst_ref=bad.worst_ref), ms
+
+        checks, reasons = [], []
+        for i in range(len(seeds)):
+            c, _ = check(f"out_{i}.npz", i) if i < len(r["outputs"]) else (
+                SeedCheck(seed=seeds[i], ok=False, reason="no outputs"), [])
+            checks.append(c)
+            if not c.ok:
+                reasons.append(f"seed {seeds[i]}: {c.reason}")
+        timed = []
+        for k, rep in enumerate(r["timing"].get("reps") or []):
+            i = int(rep["input"])
+            if not 0 <= i < len(seeds):
+                raise ValueError(f"timed repetition {k} names input {i}")
+            if rep["same_as_checked"]:
+                timed.append(TimedCheck(rep=k, input=i, checked="identical to the checked outputs", ok=True))
+                continue
+            if rep.get("file") != f"timed_{k}.npz":
+                timed.append(TimedCheck(rep=k, input=i, checked="differs; not shipped", ok=False))
+                reasons.append(f"timed repetition {k} returned outputs that differ from the checked run")
+                continue
+            c, _ = check(f"timed_{k}.npz", i)
+            timed.append(TimedCheck(rep=k, input=i, checked="differs; compared with the reference", ok=c.ok))
+            if not c.ok:
+                reasons.append(f"timed repetition {k}: {c.reason}")
+        finite = [c.max_rel_err for c in checks if c.max_rel_err is not None]
+        fros = [c.fro_err for c in checks if c.fro_err is not None]
+        correctness = Correctness(
+            max_rel_err=max(finite) if len(finite) == len(checks) else float("inf"),
+            tolerance=min(tols) if tols else None, max_fro_err=max(fros) if fros else None,
+            fro_tolerance=min((t for t in fro_tols if t is not None), default=None),
+            baseline_errors=calib, seeds=seeds, seeds_drawn=drawn_how, per_seed=checks, timed=timed)
+        return correctness, reasons
+
+
+def _interpreter_failure(verdict: Verdict, result: dict | None) -> bool:
+    """An error raised inside jax's TPU interpreter itself (not an out-of-bounds access it caught) on a CPU."""
+    r = result if isinstance(result, dict) else {}
+    return (verdict.status == "error" and verdict.stage in ("compile", "run") and r.get("backend") == "cpu"
+            and r.get("in_interpreter") is True and not verdict.reason.startswith(("IndexError", "FloatingPointError")))
+
+
+def _open(scratch: Path, name: str):
+    try:
+        return open_regular(scratch, name)
+    except CopyOutError as exc:
+        raise HarnessError(f"the judge's reference {name} was not taken: {exc}") from None
+
+
+def _malformed(base: dict, what: str) -> Verdict:
+    return Verdict(**base, status="error", stage="sandbox",
+                   reason=f"the candidate's process returned a malformed result ({what})")
+
+
+def _clock_problem(what: str, timing: dict, window: tuple | None) -> str | None:
+    """Why the reported samples cannot be true on the parent's clock (CLOCK_MONOTONIC, shared across processes).
+
+    The timed calls run back to back, so wall-clock samples must fill the loop's span; device samples (from a
+    profile) must fit inside it. The span itself must lie inside the job as the parent saw it.
+    """
+    samples = timing.get("kernel_ms") or []
+    if not samples:
+        return None
+    span = timing.get("window")
+    if not span or len(span) != 2:
+        return f"the {what} timing came without its clock window"
+    start, end = float(span[0]), float(span[1])
+    total, took = sum(samples), (end - start) * 1e3
+    if total > took + _CLOCK_SLACK_MS or min(samples) <= 0:
+        return (f"the {what} samples ({total:.1f} ms in all) do not fit in the {took:.1f} ms the timed loop took: "
+                "the timing was forged")
+    if timing.get("source", "wall") == "wall" and took - total > max(0.25 * took, len(samples) * _GAP_MS):
+        return (f"the {what} samples ({total:.1f} ms in all) account for too little of the {took:.1f} ms the timed "
+                "loop took: the timing was forged")
+    if window is not None and not (window[0] - 1e-3 <= start <= end <= window[1] + 1e-3):
+        return f"the {what} timing window lies outside the job's own run on the harness's clock: the timing was forged"
+    return None
+
+
+def _implausible(backend: str, meta: dict, kernel: Timing | None, speedup: float | None) -> str | None:
+    if speedup is not None and speedup > MAX_PLAUSIBLE_SPEEDUP:
+        return (f"a {speedup:.0f}x speedup over XLA is beyond what a kernel can honestly gain here (the limit is "
+                f"{MAX_PLAUSIBLE_SPEEDUP:g}x): not scored")
+    if "faster_than_roofline" in _roofline_flags(backend, meta, kernel):
+        return "faster than the chip's roofline allows for this task's FLOPs and bytes: not scored"
+    return None
+
+
+class _Rep(BaseModel):
+    input: int
+    same_as_checked: bool
+    file: str | None = None
 
 
 class _Timing(BaseModel):
-    baseline_ms: list[float]
     kernel_ms: list[float]
-    source: str = "wall"
+    source: Literal["wall", "device"] = "wall"
+    window: list[float] | None = None
+    reps: list[_Rep] = []
 
 
 class CandidateResult(BaseModel):
     """What a candidate job that ran must return (result.json), checked before the verdict reads it."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
     status: Literal["ran"]
     backend: str
     census: dict
-    outputs: dict[str, str]
+    outputs: list[str]
     compile_s: float | None = None
     run_ms: list[float] = []
     timing: _Timing
-    races: Any = None
+    races: bool | None = None
     timers_replaced: list[str] = []
+    lowered_tpu: str | None = None
+    export_error: str | None = None
 
 
 def _memory_hint(log: str) -> str:

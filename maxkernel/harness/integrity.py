@@ -5,13 +5,16 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["Census", "census", "judge", "MIN_PALLAS_SHARE", "MAX_OUTSIDE_CONTRACTION_SHARE", "MIN_WORK_RATIO"]
+__all__ = ["Census", "census", "judge", "judge_lowering", "MIN_PALLAS_SHARE", "MAX_OUTSIDE_CONTRACTION_SHARE",
+           "MIN_WORK_RATIO", "MAX_UNKNOWN_ELEMENTS"]
 
 # A candidate must do most of its arithmetic inside pallas_call, and its matmuls/convolutions almost entirely.
 MIN_PALLAS_SHARE = 0.5
 MAX_OUTSIDE_CONTRACTION_SHARE = 0.2
 # A kernel doing less than this share of the baseline's arithmetic is returning precomputed data.
 MIN_WORK_RATIO = 0.05
+# An XLA op outside Pallas that the census has no FLOP formula for may hide any amount of work; only tiny ones pass.
+MAX_UNKNOWN_ELEMENTS = 4096
 
 _ELEMENTWISE = frozenset("""
 add sub mul div rem max min neg abs sign exp exp2 log log1p expm1 tanh logistic sin cos tan atan2 sqrt rsqrt cbrt
@@ -176,5 +179,45 @@ def judge(c: Census, baseline_flops: float | None = None) -> str | None:
                 f"required): a thin Pallas wrapper around XLA work is not a kernel")
     if baseline_flops and c.total_flops < MIN_WORK_RATIO * baseline_flops:
         return (f"the kernel does {c.total_flops:.3g} FLOPs where the task needs about {baseline_flops:.3g}: "
+                f"outputs that are not computed from the inputs are not accepted")
+    return None
+
+
+def judge_lowering(audit: dict, meta: dict) -> str | None:
+    """Why the candidate must be rejected, judged on the census of its TPU lowering (harness/audit.py), or None.
+
+    Outside work is held against the task's own FLOPs (the baseline's), so Pallas work that never runs or whose
+    result is thrown away buys nothing: the rules below do not depend on how much Pallas work is claimed.
+    """
+    base = float(meta.get("baseline_flops") or 0.0)
+    base_k = float(meta.get("baseline_contraction_flops") or 0.0)
+    if audit.get("forbidden"):
+        return (f"host callbacks or foreign calls in the measured path ({', '.join(sorted(set(audit['forbidden'])))}): "
+                "the work must be visible to the harness; remove jax.debug/pure_callback/io_callback/FFI calls")
+    if not audit.get("pallas_calls"):
+        if audit.get("dead_pallas_calls"):
+            return (f"its {audit['dead_pallas_calls']} pallas_call(s) produce nothing that reaches an output (the "
+                    "compiler removes them): the kernel must be written with Pallas")
+        return "no pallas_call in the measured path: the kernel must be written with Pallas"
+    if audit.get("opaque_loops"):
+        return "a matmul/convolution inside an XLA while loop outside Pallas: move the loop into the kernel"
+    heavy = [u for u in audit.get("unknown_ops") or [] if u.get("elements", 0) > MAX_UNKNOWN_ELEMENTS]
+    if heavy:
+        names = ", ".join(sorted({str(u.get("op")) for u in heavy}))
+        return (f"XLA ops outside pallas_call whose work the census cannot count ({names}): do that work inside "
+                "the kernel")
+    outside_k = float(audit.get("outside_contraction_flops") or 0.0)
+    limit_k = MAX_OUTSIDE_CONTRACTION_SHARE * (base_k or base)
+    if outside_k > limit_k:
+        share = outside_k / (base_k or base) if (base_k or base) else float("inf")
+        return (f"matmul/convolution FLOPs outside pallas_call come to {share:.0%} of the task's "
+                f"(at most {MAX_OUTSIDE_CONTRACTION_SHARE:.0%} allowed)")
+    outside = float(audit.get("outside_flops") or 0.0)
+    if base and outside > (1 - MIN_PALLAS_SHARE) * base:
+        return (f"XLA outside pallas_call does {outside / base:.0%} of the task's FLOPs (at most "
+                f"{1 - MIN_PALLAS_SHARE:.0%}): a thin Pallas wrapper around XLA work is not a kernel")
+    done = float(audit.get("pallas_flops_max") or 0.0) + outside
+    if base and done < MIN_WORK_RATIO * base:
+        return (f"the kernel does {done:.3g} FLOPs where the task needs about {base:.3g}: "
                 f"outputs that are not computed from the inputs are not accepted")
     return None

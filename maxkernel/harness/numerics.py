@@ -6,7 +6,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Mismatch", "compare", "rel_error", "reference_outputs", "upcast"]
+__all__ = ["Mismatch", "compare", "errors", "fro_tolerance", "rel_error", "reference_outputs", "upcast",
+           "FRO_FACTOR", "FRO_FLOOR"]
+
+# A kernel may land a small factor further from the f32 reference than XLA's own program does, not 10x further:
+# measured on the smoke GEMM (bf16), XLA lands at 1.7e-3 relative Frobenius error and an int8-quantised GEMM at
+# 5.8e-3 (normal inputs) to 2.2e-2 (heavy tails), while its max-normalised error (0.015) passes the 0.02 bound.
+FRO_FACTOR = 2.5
+# Below these the calibration is rounding noise (accumulation order), not precision: honest f32 kernels differ
+# from XLA by ~3e-7 in sum order alone.
+FRO_FLOOR = {"float64": 1e-12, "float32": 2e-5, "bfloat16": 3e-3, "float16": 1e-3}
 
 
 @dataclass(frozen=True)
@@ -17,6 +26,8 @@ class Mismatch:
     ok: bool
     rel_err: float  # max|out - ref| / max|ref|; inf for NaN/Inf, shape or dtype mismatch
     tolerance: float
+    fro_err: float = float("inf")  # ||out - ref|| / ||ref|| (Frobenius)
+    fro_tolerance: float | None = None  # calibrated from the baseline's own error
     reason: str = ""  # why it failed, in words
     bad_elements: int = 0  # elements whose error exceeds tolerance * max|ref|
     worst_index: tuple = ()  # location of the largest error
@@ -38,30 +49,61 @@ def rel_error(out, ref) -> float:
     return err / scale if scale > 0 else (0.0 if err == 0 else float("inf"))
 
 
-def compare(index: int, out, ref, expected_dtype: str, tolerance: float) -> Mismatch:
-    """Judge one output leaf: exact shape and dtype, all finite, scaled error within tolerance."""
+def fro_error(out, ref) -> float:
+    """||out - ref|| / ||ref|| in float64 (0 when both are zero, inf when only ref is)."""
+    o, r = _as_f64(out), _as_f64(ref)
+    if o.shape != r.shape or not np.all(np.isfinite(o)):
+        return float("inf")
+    num, den = float(np.linalg.norm((o - r).ravel())), float(np.linalg.norm(r.ravel()))
+    return num / den if den > 0 else (0.0 if num == 0 else float("inf"))
+
+
+def errors(out, ref) -> dict:
+    """Both error norms of `out` against `ref`: {"max": max-normalised, "fro": relative Frobenius}."""
+    return {"max": rel_error(out, ref), "fro": fro_error(out, ref)}
+
+
+def fro_tolerance(dtype_name: str, baseline_fro: float | None) -> float | None:
+    """The Frobenius bound for one output: FRO_FACTOR times XLA's own error, never below the dtype's floor."""
+    floor = FRO_FLOOR.get(dtype_name)
+    if baseline_fro is None or floor is None or not np.isfinite(baseline_fro):
+        return floor
+    return max(FRO_FACTOR * baseline_fro, floor)
+
+
+def compare(index: int, out, ref, expected_dtype: str, tolerance: float, fro_tol: float | None = None) -> Mismatch:
+    """Judge one output leaf: exact shape and dtype, all finite, both error norms within their bounds."""
     o, r = np.asarray(out), np.asarray(ref)
     got = str(o.dtype)
     if o.shape != r.shape:
-        return Mismatch(index, False, float("inf"), tolerance, f"output {index}: shape {o.shape}, expected {r.shape}")
+        return Mismatch(index, False, float("inf"), tolerance, reason=f"output {index}: shape {o.shape}, expected {r.shape}")
     if got != expected_dtype:
-        return Mismatch(index, False, float("inf"), tolerance, f"output {index}: dtype {got}, expected {expected_dtype}")
+        return Mismatch(index, False, float("inf"), tolerance,
+                        reason=f"output {index}: dtype {got}, expected {expected_dtype}")
     of, rf = _as_f64(o), _as_f64(r)
     nonfinite = ~np.isfinite(of)
     if nonfinite.any():
         where = tuple(int(i) for i in np.argwhere(nonfinite)[0])
-        return Mismatch(index, False, float("inf"), tolerance,
-                        f"output {index}: {int(nonfinite.sum())} NaN/Inf values, first at {where}",
-                        int(nonfinite.sum()), where, float(of[where]), float(rf[where]))
+        return Mismatch(index, False, float("inf"), tolerance, fro_tolerance=fro_tol,
+                        reason=f"output {index}: {int(nonfinite.sum())} NaN/Inf values, first at {where}",
+                        bad_elements=int(nonfinite.sum()), worst_index=where, worst_out=float(of[where]),
+                        worst_ref=float(rf[where]))
     err = rel_error(of, rf)
     diff = np.abs(of - rf)
     scale = float(np.max(np.abs(rf))) if rf.size else 0.0
     bad = int(np.sum(diff > tolerance * scale)) if rf.size else 0
     where = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape)) if rf.size else ()
-    ok = err <= tolerance
-    reason = "" if ok else (f"output {index}: error {err:.3g} of max|ref| exceeds tolerance {tolerance:.3g}; "
-                            f"{bad} of {rf.size} elements off, worst at {where}")
-    return Mismatch(index, ok, err, tolerance, reason, bad, where,
+    fro = fro_error(of, rf)
+    ok = err <= tolerance and (fro_tol is None or fro <= fro_tol)
+    if err > tolerance:
+        reason = (f"output {index}: error {err:.3g} of max|ref| exceeds tolerance {tolerance:.3g}; "
+                  f"{bad} of {rf.size} elements off, worst at {where}")
+    elif not ok:
+        reason = (f"output {index}: relative Frobenius error {fro:.3g} exceeds {fro_tol:.3g} ({FRO_FACTOR:g}x XLA's "
+                  f"own error against the f32 reference): the kernel loses precision the task does not allow")
+    else:
+        reason = ""
+    return Mismatch(index, ok, err, tolerance, fro, fro_tol, reason, bad, where,
                     float(of[where]) if where else 0.0, float(rf[where]) if where else 0.0)
 
 

@@ -1,43 +1,102 @@
-"""Sandbox job: make the seeded inputs and the trusted reference outputs for a task (never sees a candidate)."""
+"""Sandbox job, the judge's side (never sees candidate code): inputs and references for the drawn seeds, the
+baseline's own rounding error and its timing, and the census of the candidate's TPU lowering."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["run"]
+__all__ = ["run", "MAX_LOWERED_BYTES", "AUDIT_TIMEOUT_S"]
+
+MAX_LOWERED_BYTES = 64 << 20
+AUDIT_TIMEOUT_S = 30.0  # honest modules take milliseconds; a hostile nesting can take hours
 
 
 def run(job: dict, scratch: Path) -> dict:
-    """job: {task, size, seeds}. Writes inputs_<seed>.npz and ref_<seed>.npz into `scratch`."""
+    """job: {task, size, seeds, reps, time_budget_s, lowered (file name or None)}. Writes ref_<i>.npz."""
     import jax
     import numpy as np
 
+    from maxkernel.harness import timers
     from maxkernel.harness.arrays import save_arrays
     from maxkernel.harness.integrity import census
-    from maxkernel.harness.numerics import reference_outputs
+    from maxkernel.harness.numerics import errors, reference_outputs
     from maxkernel.tasks import load_task
 
     task = load_task(job["task"])
     size = job["size"]
-    meta = None
-    for seed in job["seeds"]:
+    meta, calibration, all_inputs = None, None, []
+    for i, seed in enumerate(job["seeds"]):
         inputs = task.create_inputs(size=size, seed=seed)
-        save_arrays(scratch / f"inputs_{seed}.npz", [np.asarray(x) for x in inputs])
-        save_arrays(scratch / f"ref_{seed}.npz", reference_outputs(task.module.workload, inputs))
+        all_inputs.append(tuple(jax.device_put(x) for x in inputs))
+        refs = reference_outputs(task.module.workload, inputs)
+        save_arrays(scratch / f"ref_{i}.npz", refs)
         if meta is None:
             traced = jax.jit(task.module.workload).trace(*inputs)
             leaves = jax.tree_util.tree_leaves(traced.out_info)
-            baseline_flops = census(traced.jaxpr).total_flops
+            counted = census(traced.jaxpr)
             dtypes = [str(leaf.dtype) for leaf in leaves]
             in_bytes = sum(x.size * x.dtype.itemsize for x in inputs)
             out_bytes = sum(int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in leaves)
+            baseline = traced.lower().compile()
             meta = {
                 "out_dtypes": dtypes,
                 "out_shapes": [list(leaf.shape) for leaf in leaves],
                 "tolerances": [task.tolerance(d) for d in dtypes],
-                "flops": task.flops(size) or baseline_flops,
-                "baseline_flops": baseline_flops,
+                "flops": task.flops(size) or counted.total_flops,
+                "baseline_flops": counted.total_flops,
+                "baseline_contraction_flops": counted.contraction_flops,
                 "bytes": int(in_bytes + out_bytes),
                 "config": task.config,
             }
-    return {"status": "ok", "meta": meta, "seeds": list(job["seeds"])}
+        # How far XLA's own program lands from the f32 reference: the yardstick a kernel is held to.
+        own = [np.asarray(x) for x in jax.tree_util.tree_leaves(baseline(*all_inputs[-1]))]
+        errs = [errors(o, r) for o, r in zip(own, refs)]
+        calibration = errs if calibration is None else [
+            {k: max(a[k], b[k]) for k in a} for a, b in zip(calibration, errs)]
+    meta["baseline_errors"] = calibration
+    out = {"status": "ok", "meta": meta, "timing": _time(baseline, all_inputs, job, timers, scratch), "audit": None}
+    name = job.get("lowered")
+    if name:
+        out["audit"] = _audit(scratch, str(name))
+    return out
+
+
+def _time(baseline, inputs, job: dict, timers, scratch: Path) -> dict:
+    """The baseline timed alone in this process, rotating over the input sets like the candidate's timing."""
+    import jax
+
+    reps = int(job.get("reps", 0))
+    timing = {"baseline_ms": [], "source": "wall", "window": None}
+    if reps <= 0:
+        return timing
+    clock, mono, block = timers.TIMERS["perf_counter"], timers.TIMERS["monotonic"], jax.block_until_ready
+    block(baseline(*inputs[0]))
+    start, deadline = mono(), clock() + float(job.get("time_budget_s", 2.0))
+    while len(timing["baseline_ms"]) < reps and (clock() < deadline or len(timing["baseline_ms"]) < 3):
+        args = inputs[len(timing["baseline_ms"]) % len(inputs)]
+        t0 = clock()
+        block(baseline(*args))
+        timing["baseline_ms"].append((clock() - t0) * 1e3)
+    timing["window"] = [start, mono()]
+    if jax.default_backend() != "cpu":
+        from maxkernel.harness.device_timing import device_samples
+
+        try:
+            dev = device_samples({"baseline": baseline}, inputs[0], len(timing["baseline_ms"]),
+                                 scratch / "device_trace")
+        except Exception:  # noqa: BLE001  (a profiler failure leaves the wall-clock samples)
+            dev = {}
+        if dev.get("baseline"):
+            timing.update(baseline_ms=dev["baseline"], source="device")
+    return timing
+
+
+def _audit(scratch: Path, name: str) -> dict:
+    """The census of the candidate's TPU lowering (a copy the parent took, size-capped, from the candidate's
+    scratch into this job's own)."""
+    from maxkernel.harness.audit import audit_module
+
+    path = scratch / name
+    if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_LOWERED_BYTES:
+        return {"error": "the lowering is missing or too large"}
+    return audit_module(path.read_bytes().decode("utf-8", errors="replace"), timeout=AUDIT_TIMEOUT_S)

@@ -7,9 +7,10 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Correctness", "SeedCheck", "Timing", "Verdict", "Status"]
+__all__ = ["Correctness", "SeedCheck", "TimedCheck", "Timing", "Verdict", "Status"]
 
-Status = Literal["correct", "incorrect", "error", "timeout", "rejected"]
+# unverifiable_on_cpu: jax's TPU interpreter cannot run a kernel that compiles for the chip; it needs hardware.
+Status = Literal["correct", "incorrect", "error", "timeout", "rejected", "unverifiable_on_cpu"]
 
 
 class _Frozen(BaseModel):
@@ -20,6 +21,7 @@ class SeedCheck(_Frozen):
     seed: int
     ok: bool
     max_rel_err: float | None = None
+    fro_err: float | None = None  # relative Frobenius error, worst over outputs
     reason: str = ""
     bad_elements: int = 0
     worst_index: list[int] = Field(default_factory=list)
@@ -27,11 +29,25 @@ class SeedCheck(_Frozen):
     worst_ref: float | None = None
 
 
+class TimedCheck(_Frozen):
+    """What was checked of one timed repetition's outputs."""
+
+    rep: int
+    input: int  # which input set it ran on
+    checked: str
+    ok: bool
+
+
 class Correctness(_Frozen):
     max_rel_err: float | None = None  # worst over seeds and outputs; None when nothing was compared
     tolerance: float | None = None  # the task's fixed bound (tightest over outputs)
-    seeds: list[int] = Field(default_factory=list)
+    max_fro_err: float | None = None  # worst relative Frobenius error
+    fro_tolerance: float | None = None  # calibrated: a small factor over XLA's own error (tightest over outputs)
+    baseline_errors: list[dict] = Field(default_factory=list)  # XLA's own {max, fro} error per output
+    seeds: list[int] = Field(default_factory=list)  # the seeds actually used, for replay (--replay-seeds)
+    seeds_drawn: Literal["fresh", "replayed"] = "fresh"  # fresh: drawn unpredictably for this evaluation
     per_seed: list[SeedCheck] = Field(default_factory=list)
+    timed: list[TimedCheck] = Field(default_factory=list)  # every timed repetition's outputs, checked
 
 
 class Timing(_Frozen):

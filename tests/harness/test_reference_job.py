@@ -11,15 +11,20 @@ from maxkernel.harness.arrays import load_arrays
 pytestmark = pytest.mark.unit
 
 
-def test_reference_job_writes_inputs_references_and_meta(tmp_path):
-    out = reference_job.run({"task": "12p_RMSNorm", "size": "smoke", "seeds": [0, 1]}, tmp_path)
-    assert out["status"] == "ok" and out["seeds"] == [0, 1]
+def test_reference_job_writes_references_calibration_and_baseline_timing(tmp_path):
+    out = reference_job.run({"task": "12p_RMSNorm", "size": "smoke", "seeds": [0, 1], "reps": 3}, tmp_path)
+    assert out["status"] == "ok" and out["audit"] is None
     meta = out["meta"]
     assert meta["out_shapes"] == [[2, 64, 256]] and meta["flops"] > 0 and meta["baseline_flops"] > 0
     assert meta["tolerances"] == [2e-2] and meta["out_dtypes"] == ["bfloat16"]
     a, b = load_arrays(tmp_path / "ref_0.npz"), load_arrays(tmp_path / "ref_1.npz")
     assert a[0].shape == (2, 64, 256) and not np.array_equal(a[0], b[0])  # seeds give different data
-    assert len(load_arrays(tmp_path / "inputs_0.npz")) == 2
+    assert not list(tmp_path.glob("inputs_*"))  # inputs never go to disk: the candidate makes its own in memory
+    # XLA's own bf16 program against the f32 reference: the yardstick the calibrated bound is built from
+    [err] = meta["baseline_errors"]
+    assert 1e-4 < err["fro"] < 1e-2 and 1e-4 < err["max"] < 2e-2
+    timing = out["timing"]
+    assert len(timing["baseline_ms"]) == 3 and timing["window"][1] - timing["window"][0] >= sum(timing["baseline_ms"]) / 1e3
 
 
 def test_replaced_timers_are_named(monkeypatch):

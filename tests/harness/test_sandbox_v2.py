@@ -19,6 +19,15 @@ from maxkernel.tools.compile_pallas import compile_pallas
 from maxkernel.tools.run_tests import run_tests
 from maxkernel.tools.xprof_capture import xprof_capture
 
+# These kernels attack the sandbox itself, so the in-process guards in front of it (the source allow-list and the
+# rebinding watch, proven in test_static_check.py and test_verdict_v2.py) are off: the sandbox must hold alone.
+RAW = {"static_check": False, "watch": False}
+
+
+@pytest.fixture(scope="module")
+def raw(evaluator):
+    return Evaluator(evaluator.pool, **RAW)
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,12 +87,12 @@ def probe_kernel(folder: Path, planted: dict, body: str = CORRECT) -> Path:
 def test_every_command_holds_against_the_probe(planted, tmp_path):
     """evaluate, test, compile and profile each run the probe's import in their own sandboxed job."""
     kernel = probe_kernel(tmp_path, planted)
-    with Evaluator(WorkerPool(size=0)) as fresh:  # workers started after the secrets were planted
+    with Evaluator(WorkerPool(size=0), **RAW) as fresh:  # workers started after the secrets were planted
         v = fresh.evaluate(TASK, kernel)
     assert v.status == "correct", f"{v.reason}\n{v.detail[-1500:]}"
     assert v.isolation == "bwrap" and v.passed_env == []
-    t = run_tests(TASK, str(kernel), "smoke")
-    assert t.ok, t.summary
+    t = run_tests(TASK, str(kernel), "smoke")  # the tool's verdict keeps the allow-list: refused before any import
+    assert not t.ok and "is not allowed" in t.summary, t.summary
     c = compile_pallas(TASK, str(kernel), "v5e", "smoke")
     assert c.ok, f"{c.summary}\n{c.error}"
     p = xprof_capture(TASK, str(kernel), "smoke", out_dir=str(tmp_path / "profile"))
@@ -96,7 +105,7 @@ def test_a_variable_passes_only_when_the_user_names_it(planted, tmp_path, monkey
     monkeypatch.setenv("MAXKERNEL_SANDBOX_ENV", "TPU_SERVICE_DSN")
     get_settings.cache_clear()
     try:
-        with Evaluator(WorkerPool(size=0)) as fresh:
+        with Evaluator(WorkerPool(size=0), **RAW) as fresh:
             v = fresh.evaluate(TASK, kernel, seeds=[0])
     finally:
         monkeypatch.delenv("MAXKERNEL_SANDBOX_ENV")
@@ -130,44 +139,52 @@ os.mkfifo("trace/fifo")
 
 
 def _forger(tmp_path: Path, name: str, result: dict, extra: str = "") -> Path:
+    """A kernel that forges the whole job: the TPU lowering of an honest kernel for the census, a result file
+    claiming a fast run, then exits before the harness's own code writes anything."""
     path = tmp_path / name
-    path.write_text(f"import json, os\n{extra}\nopen('result.json', 'w').write(json.dumps({result!r}))\n"
+    path.write_text("import json, os\nimport jax, jax.numpy as jnp\nfrom maxkernel import chips\n"
+                    + CORRECT.split("import jax.numpy as jnp", 1)[1].split("def workload")[0]
+                    + "def _honest" + CORRECT.split("def workload", 1)[1]
+                    + "\nx = jax.ShapeDtypeStruct((2, 64, 256), jnp.bfloat16)\n"
+                    "with chips.trace_context(chips.get('v5e')):\n"
+                    "    low = jax.jit(_honest).trace(x, jax.ShapeDtypeStruct((256,), jnp.bfloat16))\n"
+                    "    open('lowered_tpu.mlir', 'w').write(low.lower(lowering_platforms=('tpu',)).as_text())\n"
+                    f"{extra}\nopen('result.json', 'w').write(json.dumps({result!r}))\n"
                     "os._exit(0)\n\ndef workload(x, scale):\n    return x\n")
     return path
 
 
 _RAN = {"status": "ran", "backend": "cpu", "compile_s": 0.0, "run_ms": [], "races": None, "timers_replaced": [],
         "census": {"pallas_calls": 1, "pallas_flops": 1e9, "total_flops": 1e9, "contraction_flops": 0},
-        "timing": {"baseline_ms": [100.0] * 5, "kernel_ms": [1.0] * 5}}
+        "timing": {"kernel_ms": [1.0] * 5, "source": "wall", "window": None, "reps": []},
+        "lowered_tpu": "lowered_tpu.mlir", "export_error": None}
 
 
-def test_outputs_named_outside_the_scratch_are_refused(evaluator, tmp_path):
-    """A forged result naming the cached reference files as its outputs: the verdict must not read them."""
-    evaluator.evaluate(TASK, KERNELS / "rmsnorm_rows.py", seeds=[0])  # the references exist in the cache now
-    refs = sorted((get_settings().cache_dir / "refs").glob(f"{TASK}-*-smoke-*"))
-    assert refs, "no cached references to aim at"
-    outputs = {"0": str(refs[0] / "ref_0.npz")}
-    v = evaluator.evaluate(TASK, _forger(tmp_path, "forge_refs.py", {**_RAN, "outputs": outputs}), seeds=[0])
-    assert v.status == "incorrect" and "refused" in v.reason and "not a plain name" in v.reason, v.reason
+def test_outputs_named_outside_the_scratch_are_never_read(raw, tmp_path):
+    """A forged result naming files outside its scratch as its outputs: the parent reads only names it chose."""
+    outputs = ["/etc/passwd", "../../etc/passwd"]
+    v = raw.evaluate(TASK, _forger(tmp_path, "forge_refs.py", {**_RAN, "outputs": outputs}), seeds=[0])
+    assert v.status in ("incorrect", "rejected") and v.status != "correct", v.reason
+    assert "passwd" not in v.model_dump_json()
 
 
-def test_an_output_linked_to_dev_zero_is_refused(evaluator, tmp_path):
-    kernel = _forger(tmp_path, "zero_out.py", {**_RAN, "outputs": {"0": "out0.npz"}},
-                     extra="os.symlink('/dev/zero', 'out0.npz')")
-    v = evaluator.evaluate(TASK, kernel, seeds=[0])
+def test_an_output_linked_to_dev_zero_is_refused(raw, tmp_path):
+    kernel = _forger(tmp_path, "zero_out.py", {**_RAN, "outputs": ["out_0.npz"]},
+                     extra="os.symlink('/dev/zero', 'out_0.npz')")
+    v = raw.evaluate(TASK, kernel, seeds=[0])
     assert v.status == "incorrect" and "a symbolic link" in v.reason, v.reason
 
 
-def test_a_malformed_result_is_an_error(evaluator, tmp_path):
-    v = evaluator.evaluate(TASK, _forger(tmp_path, "malformed.py", {"status": "ran"}), seeds=[0])
+def test_a_malformed_result_is_an_error(raw, tmp_path):
+    v = raw.evaluate(TASK, _forger(tmp_path, "malformed.py", {"status": "ran"}), seeds=[0])
     assert v.status == "error" and "malformed result" in v.reason, v.reason
 
 
-def test_a_result_file_linked_elsewhere_is_refused(evaluator, tmp_path):
+def test_a_result_file_linked_elsewhere_is_refused(raw, tmp_path):
     kernel = tmp_path / "linked_result.py"
     kernel.write_text("import os\nos.symlink('/dev/zero', 'result.json')\nos._exit(0)\n\n"
                       "def workload(x, scale):\n    return x\n")
-    v = evaluator.evaluate(TASK, kernel, seeds=[0])
+    v = raw.evaluate(TASK, kernel, seeds=[0])
     assert v.status == "error" and "result was refused" in v.reason and "symbolic link" in v.reason, v.reason
 
 
@@ -193,7 +210,7 @@ def test_the_worker_refuses_a_privileged_sandbox(tmp_path):
     assert not (scratch / "ref_0.npz").exists()  # the job never ran
 
 
-def test_a_fork_bomb_hits_the_process_limit_and_is_an_error(evaluator, tmp_path):
+def test_a_fork_bomb_hits_the_process_limit_and_is_an_error(raw, tmp_path):
     from maxkernel.harness.sandbox import _drop_cgroup, _pids_cgroup, max_pids
 
     probe = _pids_cgroup(max_pids())
@@ -203,7 +220,7 @@ def test_a_fork_bomb_hits_the_process_limit_and_is_an_error(evaluator, tmp_path)
     kernel = tmp_path / "fork_bomb.py"
     kernel.write_text("import os, time\nfor _ in range(2000):\n    try:\n        if os.fork() == 0:\n"
                       "            time.sleep(60)\n            os._exit(0)\n    except OSError:\n        break\n\n" + CORRECT)
-    v = evaluator.evaluate(TASK, kernel, seeds=[0])
+    v = raw.evaluate(TASK, kernel, seeds=[0])
     assert v.status == "error" and f"process limit ({max_pids()}" in v.reason, v.reason
 
 
@@ -246,7 +263,7 @@ def test_filling_the_scratch_folder_stops_at_its_cap_and_is_an_error(tmp_path, m
     monkeypatch.setenv("MAXKERNEL_SANDBOX_SCRATCH_MB", "96")
     get_settings.cache_clear()
     try:
-        with Evaluator(WorkerPool(size=0)) as ev:
+        with Evaluator(WorkerPool(size=0), **RAW) as ev:
             v = ev.evaluate(TASK, kernel, seeds=[0])
     finally:
         monkeypatch.delenv("MAXKERNEL_SANDBOX_SCRATCH_MB")
