@@ -42,7 +42,7 @@ def main() -> int:
 
     probe = make_config(args.task)
     task = load_task(args.task)
-    shared_evaluator().references(task, probe.size, list(probe.seeds) + list(probe.heldout_seeds))
+    shared_evaluator().task_meta(task, probe.size)  # warms the pool and the task's metadata
 
     rows = []
     for w in args.workers:

@@ -147,7 +147,7 @@ def _roofline(evaluator, task, size: str, seeds: list[int], verdict: dict) -> tu
     kernel_ms = (verdict.get("kernel") or {}).get("median_ms")
     if not kernel_ms:
         return None, chip.name
-    meta, _ = evaluator.references(task, size, seeds)
+    meta = evaluator.task_meta(task, size)
     bound_s = chips.roofline_seconds(chip, meta.get("flops") or 0, meta.get("bytes") or 0)
     return (bound_s / (kernel_ms / 1e3) if bound_s > 0 else None), chip.name
 
@@ -174,7 +174,9 @@ def judge_kernel(task: str, kernel: str | Path | None, size: str = "smoke", *, v
     reuse = (verdict is not None and verdict.get("size") == size
              and (verdict.get("correctness") or {}).get("seeds") == seeds)
     v = verdict if reuse else _evaluate(evaluator, t, path, size, seeds)
-    common = dict(base, kernel=str(path), status=v["status"], failure=failure_category(v), reason=v.get("reason", ""),
+    used = (v.get("correctness") or {}).get("seeds") or seeds  # drawn fresh by the harness, as many as asked
+    common = dict(base, seeds=used, kernel=str(path), status=v["status"], failure=failure_category(v),
+                  reason=v.get("reason", ""),
                   backend=v.get("backend", ""), flags=list(v.get("flags") or []), verdict=v)
     if v["status"] != "correct":
         return Judgement(**common)
@@ -182,7 +184,8 @@ def judge_kernel(task: str, kernel: str | Path | None, size: str = "smoke", *, v
     ref = _reference_speedup(evaluator, t, size, seeds)
     speedup = v.get("speedup")
     roofline, chip = _roofline(evaluator, t, size, seeds, v)
-    # Both speedups are against the XLA baseline timed in the same process, so their ratio cancels that baseline.
+    # Both speedups are against the XLA baseline timed the same way (in the judge's process), so their ratio
+    # cancels that baseline.
     vs_ref = speedup / ref if speedup and ref else None
     return Judgement(**common, chip=chip, speedup=speedup, speedup_low=low, speedup_high=high,
                      reference_speedup=ref, speedup_vs_reference=vs_ref, roofline_fraction=roofline)

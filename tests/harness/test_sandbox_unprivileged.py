@@ -78,13 +78,20 @@ def test_the_probe_holds_when_the_tool_runs_as_an_ordinary_user(user_dir):
 
     def mk(*args):
         r = subprocess.run(["unshare", "-m", "--propagation", "private", str(user_dir / "run_as.sh"), *env,
-                            sys.executable, "-m", "maxkernel.cli", *args, "--json"],
+                            sys.executable, *args],
                            capture_output=True, text=True, timeout=600, cwd=user_dir)
         assert r.returncode == 0, r.stderr[-3000:]
         return json.loads(r.stdout)
 
-    v = mk("evaluate", "--task", "12p_RMSNorm", "--kernel", str(kernel), "--seeds", "1")
+    # The probe attacks the sandbox, so the in-process guards in front of it (the source allow-list, which
+    # `maxkernel evaluate` always applies, and the rebinding watch) are off: the sandbox must hold alone.
+    v = mk("-c", "from maxkernel.harness.evaluate import Evaluator\n"
+                 "with Evaluator(static_check=False, watch=False) as ev:\n"
+                 f"    print(ev.evaluate('12p_RMSNorm', {str(kernel)!r}, seeds=[0]).model_dump_json())")
+    refused = mk("-m", "maxkernel.cli", "evaluate", "--task", "12p_RMSNorm", "--kernel", str(kernel), "--json")
+    assert refused["status"] == "rejected" and refused["stage"] == "static", refused["reason"]
     assert v["status"] == "correct" and v["isolation"] == "bwrap", f"{v['reason']}\n{v['detail'][-1500:]}"
-    c = mk("compile", "--task", "12p_RMSNorm", "--kernel", str(kernel), "--chip", "v5e", "--size", "smoke")
+    c = mk("-m", "maxkernel.cli", "compile", "--task", "12p_RMSNorm", "--kernel", str(kernel), "--chip", "v5e",
+           "--size", "smoke", "--json")
     assert c["ok"], c.get("error")
     assert not target.exists()

@@ -84,9 +84,11 @@ def test_a_thread_started_by_the_kernel_never_runs_while_the_baseline_is_timed(r
     honest = raw.evaluate(RMS, KERNELS / "rmsnorm_rows.py")
     burner = raw.evaluate(RMS, V2 / "gil_burner.py")
     assert honest.ok and burner.ok, (honest.reason, burner.reason)
-    # The baseline is timed in the judge's process, which the burner's thread never reaches.
+    # The baseline is timed in the judge's process, which the burner's thread never reaches. In the candidate's
+    # process the thread takes the interpreter lock for whole switch intervals (5 ms) against a ~0.1 ms call:
+    # a baseline timed there comes out tens of times slower. Between processes on a busy machine, ~2.5x is noise.
     ratio = burner.baseline.median_ms / honest.baseline.median_ms
-    assert 0.5 < ratio < 2.0, (honest.baseline, burner.baseline)
+    assert 0.2 < ratio < 5.0, (honest.baseline, burner.baseline)
 
 
 # -- 4. input lookup ---------------------------------------------------------------------------------------------

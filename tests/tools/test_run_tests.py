@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 def test_good_kernel_passes():
     r = run_tests("12p_RMSNorm", str(ROOT / "harness/kernels/rmsnorm_rows.py"))
     assert r.ok and r.status == "correct" and r.races is False
-    assert r.max_rel_err < r.tolerance and r.seeds == [0, 1, 2]
+    assert r.max_rel_err < r.tolerance and len(r.seeds) == 3 and not set(r.seeds) & {0, 1, 2}  # drawn fresh
     assert r.summary.startswith("PASS")
 
 
