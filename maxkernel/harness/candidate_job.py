@@ -2,8 +2,9 @@
 
 Nothing this process returns is taken on trust (see harness/evaluate.py): outputs are arrays at names the parent
 chose, timings are checked against the parent's own clock, and the census that decides is computed elsewhere, on
-this process's TPU lowering of the kernel. What it does take care of is order: the inputs, seeds, race setting,
-timer and expected outputs are all fixed before the first line of candidate code runs.
+this process's TPU lowering of the kernel. What it does take care of is order: the race setting, timer and
+expected outputs are fixed before the first line of candidate code runs, and the inputs (made by the judge from
+seeds this process never sees) arrive only after the kernel is imported and compiled.
 """
 
 from __future__ import annotations
@@ -133,11 +134,13 @@ def _digest(leaves) -> str:
 
 
 def run(job: dict, scratch: Path) -> dict:
-    """job: {task, size, seeds, kernel (file name in scratch), tunables, reps, time_budget_s, detect_races, watch}."""
+    """job: {task, size, inputs (how many sets), kernel (file name in scratch), tunables, reps, time_budget_s,
+    detect_races, watch}. The inputs_<i>.npz files arrive in `scratch` once the kernel is compiled."""
     import jax
 
     from maxkernel.harness import timers
-    from maxkernel.harness.arrays import save_arrays
+    from maxkernel.harness.arrays import load_arrays, save_arrays
+    from maxkernel.harness.handoff import INPUTS_READY, TIME_GO, wait_for
     from maxkernel.harness.integrity import census
     from maxkernel.tasks import load_task
 
@@ -150,11 +153,11 @@ def run(job: dict, scratch: Path) -> dict:
     races = bool(job.get("detect_races", False)) and backend == "cpu"
     tunables = dict(job.get("tunables") or {})
     kernel_file = scratch / str(job["kernel"])
-    # The inputs come from seeds the parent drew for this evaluation; the seeds leave the job before the import.
-    inputs = [tuple(jax.device_put(x) for x in task.create_inputs(size=job["size"], seed=s)) for s in job["seeds"]]
-    job.pop("seeds", None)
-    first = inputs[0]
-    expected = [(list(x.shape), str(x.dtype)) for x in jax.tree_util.tree_leaves(jax.eval_shape(task.module.workload, *first))]
+    n_inputs = int(job["inputs"])
+    # Shapes only: the inputs themselves arrive after the kernel is imported and compiled (the judge's process
+    # makes them from seeds this process never sees), so nothing in the import can read or precompute from them.
+    structs = jax.eval_shape(lambda: task.create_inputs(size=job["size"], seed=0))
+    expected = [(list(x.shape), str(x.dtype)) for x in jax.tree_util.tree_leaves(jax.eval_shape(task.module.workload, *structs))]
     params = None
     if backend == "cpu":
         from jax.experimental.pallas import tpu as pltpu
@@ -176,9 +179,9 @@ def run(job: dict, scratch: Path) -> dict:
 
     try:  # traced twice: as a v5e sees it (for the census) and under the interpreter (to run on a CPU)
         with chips.trace_context(chips.get("v5e")) if backend == "cpu" else contextlib.nullcontext():
-            plain = jax.jit(kernel).trace(*first)
+            plain = jax.jit(kernel).trace(*structs)
         with interpret_context(backend, races, params):
-            traced = jax.jit(kernel).trace(*first) if backend == "cpu" else plain
+            traced = jax.jit(kernel).trace(*structs) if backend == "cpu" else plain
     except BaseException as exc:  # noqa: BLE001
         return _fail("trace", exc, backend=backend)
     problem = _output_problem(plain.out_info, expected)
@@ -201,6 +204,11 @@ def run(job: dict, scratch: Path) -> dict:
         return _fail("compile", exc, backend=backend, census=counted)
     compile_s = clock() - t0
 
+    ready = wait_for(scratch, INPUTS_READY)
+    if ready.get("abort"):
+        return {"status": "error", "stage": "sandbox", "error": "the harness gave up before the inputs arrived"}
+    inputs = [tuple(jax.device_put(x) for x in load_arrays(scratch / f"inputs_{i}.npz")) for i in range(n_inputs)]
+    first = inputs[0]
     outputs, run_ms, digests = [], [], []
     for i, args in enumerate(inputs):
         try:
@@ -216,6 +224,8 @@ def run(job: dict, scratch: Path) -> dict:
 
     found = any(getattr(r, "races_found", False) for r in race_states) if race_states is not None else None
     timing = {"kernel_ms": [], "source": "wall", "window": None, "reps": []}
+    if reps > 0 and wait_for(scratch, TIME_GO).get("abort"):  # timed only once the judge's process is idle
+        return {"status": "error", "stage": "sandbox", "error": "the harness gave up before the timing"}
     if reps > 0:
         timing.update(_time(compiled, inputs, digests, reps, budget, clock, mono, block, scratch))
         if backend != "cpu":  # on an accelerator, prefer the device's own times from a profile

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from maxkernel.harness import handoff
 from maxkernel.harness.arrays import load_arrays
 from maxkernel.harness.copyout import CopyOutError, open_regular, read_bytes
 from maxkernel.harness.integrity import Census, judge, judge_lowering
@@ -69,14 +71,11 @@ class Evaluator:
         self.close()
 
     # -- the judge's side -------------------------------------------------------------------------------------
-    def _judge_job(self, task: Task, size: str, seeds: list[int], reps: int, lowered: bytes | None) -> SandboxResult:
+    def _judge_job(self, task: Task, size: str, seeds: list[int]) -> SandboxResult:
+        """The judge's job on its own (no candidate beside it): the task's metadata and references."""
         spec, task_files = task.for_job()
-        files: dict = dict(task_files)
-        if lowered is not None:
-            files["lowered_tpu.mlir"] = lowered
-        job = {"kind": "reference", "task": spec, "size": size, "seeds": seeds, "reps": reps, "time_budget_s": 2.0,
-               "lowered": "lowered_tpu.mlir" if lowered is not None else None}
-        res = self.pool.run(job, files)
+        job = {"kind": "reference", "task": spec, "size": size, "seeds": seeds, "reps": 0}
+        res = self.pool.run(job, dict(task_files))
         if res.status != "ok" or (res.result or {}).get("status") != "ok":
             detail = (res.result or {}).get("error") or res.stderr_tail[-1500:]
             res.cleanup()
@@ -88,7 +87,7 @@ class Evaluator:
         task = task if isinstance(task, Task) else load_task(task)
         key = (task.name, task.digest, size)
         if key not in self._meta:
-            res = self._judge_job(task, size, draw_seeds(1), 0, None)
+            res = self._judge_job(task, size, draw_seeds(1))
             res.cleanup()
             self._meta[key] = res.result["meta"]
         return self._meta[key]
@@ -119,25 +118,34 @@ class Evaluator:
                                wall_s=time.monotonic() - t_start)
 
         spec, task_files = task.for_job()
-        job = {"kind": "candidate", "task": spec, "size": size, "seeds": drawn, "kernel": "kernel.py",
+        job = {"kind": "candidate", "task": spec, "size": size, "inputs": len(drawn), "kernel": "kernel.py",
                "tunables": tunables or {}, "reps": reps, "time_budget_s": 2.0, "detect_races": detect_races,
                "watch": self.watch}
+        judge_job = {"kind": "reference", "task": spec, "size": size, "seeds": drawn, "reps": reps,
+                     "time_budget_s": 2.0, "wait": True}
+        pair = _Pair(self.pool)
         t_sub = time.monotonic()
-        res = self.pool.run(job, {"kernel.py": source, **task_files}, timeout or self.settings.eval_timeout_s)
-        window = (t_sub, time.monotonic())
-        ref = None
+        pair.start("judge", judge_job, dict(task_files), None)
+        pair.start("candidate", job, {"kernel.py": source, **task_files}, timeout or self.settings.eval_timeout_s)
         try:
+            ready = pair.hand_inputs(len(drawn))
+            res = pair.finish("candidate")
+            window = (t_sub, time.monotonic())
             verdict = self._early(res, base)
-            if verdict is not None and _interpreter_failure(verdict, res.result):
-                verdict = self._unverifiable(verdict, task, size, source, task_files, tunables)
             if verdict is None:
-                lowered = self._lowered(res)
-                ref = self._judge_job(task, size, drawn, reps, lowered)
+                pair.release_judge(time_it=reps > 0, lowered=self._lowered(res))
+            else:
+                pair.abandon("judge")  # nothing of the judge's is needed for an import error or a crash
+            if verdict is None or not ready:
+                ref = pair.finish("judge")
+                if not ready or ref.status != "ok" or (ref.result or {}).get("status") != "ok":
+                    detail = (ref.result or {}).get("error") or ref.stderr_tail[-1500:]
+                    raise HarnessError(f"reference for {task.name} ({size}) failed: {ref.status}: {detail}")
                 verdict = self._guarded(res, ref, window, base)
+            elif _interpreter_failure(verdict, res.result):
+                verdict = self._unverifiable(verdict, task, size, source, task_files, tunables)
         finally:
-            res.cleanup()
-            if ref is not None:
-                ref.cleanup()
+            pair.close()
         wall = time.monotonic() - t_start
         own = None
         if verdict.kernel is not None and verdict.status != "error":
@@ -359,6 +367,110 @@ class Evaluator:
         return correctness, reasons
 
 
+class _Pair:
+    """The candidate's job and the judge's job, run side by side in two workers of one pool.
+
+    The judge makes the inputs and references while the candidate imports and compiles; the parent then copies the
+    inputs across (the candidate never sees a seed), waits for the candidate to finish, and only then lets the
+    judge time the baseline (never while the candidate runs) and census the candidate's TPU lowering.
+    """
+
+    def __init__(self, pool: WorkerPool):
+        self.pool = pool
+        self.workers: dict = {}
+        self.results: dict[str, Any] = {}
+        self.started = {"judge": threading.Event(), "candidate": threading.Event()}
+        self.threads: dict[str, threading.Thread] = {}
+
+    def start(self, name: str, job: dict, files: dict, timeout: float | None) -> None:
+        def on_start(worker) -> None:
+            self.workers[name] = worker
+            self.started[name].set()
+
+        def body() -> None:
+            try:
+                self.results[name] = self.pool.run(job, files, timeout, on_start=on_start, refill=False)
+            except BaseException as exc:  # noqa: BLE001  (re-raised by finish, in the caller's thread)
+                self.results[name] = exc
+            finally:
+                self.started[name].set()
+
+        self.threads[name] = threading.Thread(target=body, name=f"maxkernel-{name}", daemon=True)
+        self.threads[name].start()
+
+    def _scratch(self, name: str) -> Path | None:
+        worker = self.workers.get(name)
+        return worker.scratch if worker is not None else None
+
+    def hand_inputs(self, n: int) -> bool:
+        """Copy the judge's inputs into the candidate's scratch as soon as they exist, then tell the candidate to
+        time once the judge has finished its references. False only when the judge failed (a harness failure);
+        a candidate that is already gone needs nothing."""
+        for event in self.started.values():
+            event.wait()
+        judge, cand = self._scratch("judge"), self._scratch("candidate")
+        judge_alive, cand_alive = self.threads["judge"].is_alive, self.threads["candidate"].is_alive
+
+        def wait(name: str) -> bool:
+            return judge is not None and handoff.wait_for(
+                judge, name, give_up=lambda: not judge_alive() or not cand_alive()) is not None
+
+        if not wait(handoff.INPUTS_MADE):
+            return self._stop_candidate(judge_alive)
+        try:  # into the candidate's scratch, which it may have filled or littered: any failure stops it
+            for i in range(n):
+                with open_regular(judge, f"inputs_{i}.npz") as src, open(cand / f"inputs_{i}.npz", "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+            handoff.post(cand, handoff.INPUTS_READY, {})
+        except (CopyOutError, OSError):
+            self.abandon("candidate")
+            return True
+        if not wait(handoff.JUDGE_READY):
+            return self._stop_candidate(judge_alive)
+        try:
+            handoff.post(cand, handoff.TIME_GO, {})
+        except OSError:
+            self.abandon("candidate")
+        return True
+
+    def _stop_candidate(self, judge_alive) -> bool:
+        """The judge failed (False: a harness failure) or the candidate already ended (True)."""
+        failed = not judge_alive()
+        self.abandon("candidate")
+        return not failed
+
+    def release_judge(self, *, time_it: bool, lowered: bytes | None) -> None:
+        judge = self._scratch("judge")
+        if judge is None or not self.threads["judge"].is_alive():
+            return
+        if lowered is not None:
+            (judge / "lowered_tpu.mlir").write_bytes(lowered)
+        handoff.post(judge, handoff.JUDGE_GO, {"time": time_it, "lowered": "lowered_tpu.mlir" if lowered else None})
+
+    def abandon(self, name: str) -> None:
+        worker = self.workers.get(name)
+        if worker is not None and self.threads[name].is_alive():
+            worker.kill()
+
+    def finish(self, name: str) -> SandboxResult:
+        self.threads[name].join()
+        out = self.results[name]
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    def close(self) -> None:
+        """Let a judge still waiting go, wait for both jobs, remove their scratch folders, and only then start the
+        pool's replacement workers (their start would have competed with the timed runs)."""
+        self.release_judge(time_it=False, lowered=None)
+        for name, thread in self.threads.items():
+            thread.join()
+            out = self.results.get(name)
+            if isinstance(out, SandboxResult):
+                out.cleanup()
+        self.pool.refill()
+
+
 def _interpreter_failure(verdict: Verdict, result: dict | None) -> bool:
     """An error raised inside jax's TPU interpreter itself (not an out-of-bounds access it caught) on a CPU."""
     r = result if isinstance(result, dict) else {}
@@ -478,6 +590,6 @@ def shared_evaluator() -> Evaluator:
 
 
 def evaluate(task: str, kernel: str | Path, **kwargs) -> Verdict:
-    """One evaluation with a fresh evaluator (cold workers)."""
-    with Evaluator(WorkerPool(size=1)) as ev:
+    """One evaluation with a fresh evaluator (two cold workers: the candidate's and the judge's)."""
+    with Evaluator(WorkerPool(size=2)) as ev:
         return ev.evaluate(task, kernel, **kwargs)

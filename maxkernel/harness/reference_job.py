@@ -1,5 +1,6 @@
 """Sandbox job, the judge's side (never sees candidate code): inputs and references for the drawn seeds, the
-baseline's own rounding error and its timing, and the census of the candidate's TPU lowering."""
+baseline's own rounding error and its timing, and the census of the candidate's TPU lowering; it runs beside the
+candidate's job and hands over through its scratch folder (harness/handoff.py)."""
 
 from __future__ import annotations
 
@@ -12,52 +13,66 @@ AUDIT_TIMEOUT_S = 30.0  # honest modules take milliseconds; a hostile nesting ca
 
 
 def run(job: dict, scratch: Path) -> dict:
-    """job: {task, size, seeds, reps, time_budget_s, lowered (file name or None)}. Writes ref_<i>.npz."""
+    """job: {task, size, seeds, reps, time_budget_s}. Writes inputs_<i>.npz and ref_<i>.npz, posts JUDGE_READY
+    with the task's metadata, then (when the job says `wait`) waits for the parent's JUDGE_GO before it times
+    the baseline and censuses the lowering the parent put beside it."""
     import jax
     import numpy as np
 
     from maxkernel.harness import timers
     from maxkernel.harness.arrays import save_arrays
+    from maxkernel.harness.handoff import INPUTS_MADE, JUDGE_GO, JUDGE_READY, post, wait_for
     from maxkernel.harness.integrity import census
     from maxkernel.harness.numerics import errors, reference_outputs
     from maxkernel.tasks import load_task
 
     task = load_task(job["task"])
-    size = job["size"]
-    meta, calibration, all_inputs = None, None, []
-    for i, seed in enumerate(job["seeds"]):
-        inputs = task.create_inputs(size=size, seed=seed)
-        all_inputs.append(tuple(jax.device_put(x) for x in inputs))
+    size, seeds = job["size"], list(job["seeds"])
+    # One program for every seed: op-by-op random draws compile dozens of tiny programs (3-4 s at smoke size).
+    all_inputs = jax.jit(lambda: [task.create_inputs(size=size, seed=s) for s in seeds])()
+    all_inputs = [tuple(x) for x in all_inputs]
+    for i, inputs in enumerate(all_inputs):
+        save_arrays(scratch / f"inputs_{i}.npz", [np.asarray(x) for x in inputs])
+    if job.get("wait"):
+        post(scratch, INPUTS_MADE, {})  # the candidate runs on them while the references are computed here
+    first = all_inputs[0]
+    traced = jax.jit(task.module.workload).trace(*first)
+    leaves = jax.tree_util.tree_leaves(traced.out_info)
+    counted = census(traced.jaxpr)
+    dtypes = [str(leaf.dtype) for leaf in leaves]
+    baseline = traced.lower().compile()
+    meta = {
+        "out_dtypes": dtypes,
+        "out_shapes": [list(leaf.shape) for leaf in leaves],
+        "tolerances": [task.tolerance(d) for d in dtypes],
+        "flops": task.flops(size) or counted.total_flops,
+        "baseline_flops": counted.total_flops,
+        "baseline_contraction_flops": counted.contraction_flops,
+        "bytes": int(sum(x.size * x.dtype.itemsize for x in first)
+                     + sum(int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in leaves)),
+        "config": task.config,
+    }
+    calibration = None
+    for i, inputs in enumerate(all_inputs):
         refs = reference_outputs(task.module.workload, inputs)
         save_arrays(scratch / f"ref_{i}.npz", refs)
-        if meta is None:
-            traced = jax.jit(task.module.workload).trace(*inputs)
-            leaves = jax.tree_util.tree_leaves(traced.out_info)
-            counted = census(traced.jaxpr)
-            dtypes = [str(leaf.dtype) for leaf in leaves]
-            in_bytes = sum(x.size * x.dtype.itemsize for x in inputs)
-            out_bytes = sum(int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in leaves)
-            baseline = traced.lower().compile()
-            meta = {
-                "out_dtypes": dtypes,
-                "out_shapes": [list(leaf.shape) for leaf in leaves],
-                "tolerances": [task.tolerance(d) for d in dtypes],
-                "flops": task.flops(size) or counted.total_flops,
-                "baseline_flops": counted.total_flops,
-                "baseline_contraction_flops": counted.contraction_flops,
-                "bytes": int(in_bytes + out_bytes),
-                "config": task.config,
-            }
         # How far XLA's own program lands from the f32 reference: the yardstick a kernel is held to.
-        own = [np.asarray(x) for x in jax.tree_util.tree_leaves(baseline(*all_inputs[-1]))]
+        own = [np.asarray(x) for x in jax.tree_util.tree_leaves(baseline(*inputs))]
         errs = [errors(o, r) for o, r in zip(own, refs)]
         calibration = errs if calibration is None else [
             {k: max(a[k], b[k]) for k in a} for a, b in zip(calibration, errs)]
     meta["baseline_errors"] = calibration
-    out = {"status": "ok", "meta": meta, "timing": _time(baseline, all_inputs, job, timers, scratch), "audit": None}
-    name = job.get("lowered")
-    if name:
-        out["audit"] = _audit(scratch, str(name))
+    out = {"status": "ok", "meta": meta, "timing": {"baseline_ms": [], "source": "wall", "window": None},
+           "audit": None}
+    if not job.get("wait"):
+        out["timing"] = _time(baseline, all_inputs, job, timers, scratch)
+        return out
+    post(scratch, JUDGE_READY, {"meta": meta})
+    go = wait_for(scratch, JUDGE_GO)
+    if go.get("time"):
+        out["timing"] = _time(baseline, all_inputs, job, timers, scratch)
+    if go.get("lowered"):
+        out["audit"] = _audit(scratch, str(go["lowered"]))
     return out
 
 

@@ -412,7 +412,7 @@ class WorkerPool:
             while not self._closed and len(self._ready) < self.size:
                 self._ready.append(Worker.start(self.root, self.memory_mb, self.warm_compiler))
 
-    def acquire(self) -> Worker:
+    def acquire(self, refill: bool = True) -> Worker:
         with self._lock:
             alive = [w for w in self._ready if w.proc.poll() is None]
             for w in self._ready:
@@ -422,12 +422,24 @@ class WorkerPool:
             worker = self._ready.pop(0) if self._ready else None
         if worker is None:
             worker = Worker.start(self.root, self.memory_mb, self.warm_compiler)
-        self._fill()
+        if refill:
+            self._fill()
         return worker
 
-    def run(self, job: dict, files: dict[str, bytes | Path] | None = None, timeout: float | None = None) -> SandboxResult:
-        """Run one job in a fresh worker, with `files` copied into its scratch folder first."""
-        worker = self.acquire()
+    def refill(self) -> None:
+        """Start workers until `size` are ready again (after jobs run with refill=False)."""
+        self._fill()
+
+    def run(self, job: dict, files: dict[str, bytes | Path] | None = None, timeout: float | None = None,
+            on_start=None, refill: bool = True) -> SandboxResult:
+        """Run one job in a fresh worker, with `files` copied into its scratch folder first.
+
+        `on_start(worker)` is called once the files are in place, just before the job is sent: a caller that runs
+        two jobs side by side uses it to hand files from one to the other while both run (or to kill one).
+        `refill=False` leaves the replacement worker for `refill()`: its start (importing jax, ~3 s of CPU) then does
+        not compete with the jobs being timed.
+        """
+        worker = self.acquire(refill)
         if worker.proc.poll() is not None:
             # A pre-started worker can die between acquire and now (bwrap's --die-with-parent fires when the
             # thread that started it exits): that is no verdict on the candidate, so start a fresh one.
@@ -440,6 +452,8 @@ class WorkerPool:
                 shutil.copyfile(content, dest)
             else:
                 dest.write_bytes(content)
+        if on_start is not None:
+            on_start(worker)
         return worker.submit(job, timeout or get_settings().eval_timeout_s)
 
     def close(self) -> None:

@@ -19,7 +19,8 @@ def test_reference_job_writes_references_calibration_and_baseline_timing(tmp_pat
     assert meta["tolerances"] == [2e-2] and meta["out_dtypes"] == ["bfloat16"]
     a, b = load_arrays(tmp_path / "ref_0.npz"), load_arrays(tmp_path / "ref_1.npz")
     assert a[0].shape == (2, 64, 256) and not np.array_equal(a[0], b[0])  # seeds give different data
-    assert not list(tmp_path.glob("inputs_*"))  # inputs never go to disk: the candidate makes its own in memory
+    # the judge makes the inputs; the parent hands them to the candidate only after its kernel is compiled
+    assert len(load_arrays(tmp_path / "inputs_0.npz")) == 2 and (tmp_path / "inputs_1.npz").is_file()
     # XLA's own bf16 program against the f32 reference: the yardstick the calibrated bound is built from
     [err] = meta["baseline_errors"]
     assert 1e-4 < err["fro"] < 1e-2 and 1e-4 < err["max"] < 2e-2

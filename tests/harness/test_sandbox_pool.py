@@ -16,7 +16,7 @@ def test_a_worker_that_died_while_waiting_is_replaced(monkeypatch):
         assert pool.acquire() is not waiting  # acquire skips a worker already known dead
         dead = pool.acquire()
         dead.kill()
-        monkeypatch.setattr(pool, "acquire", lambda: dead)  # dead after acquire's check
+        monkeypatch.setattr(pool, "acquire", lambda refill=True: dead)  # dead after acquire's check
         out = pool.run(JOB, timeout=120)
         assert out.worker is not dead
         assert out.status == "ok" and out.result["status"] == "ok", out.stderr_tail
