@@ -28,6 +28,9 @@ def main() -> int:
     ap.add_argument("--evals", type=int, default=20)
     ap.add_argument("--parallel", type=int, default=1)
     ap.add_argument("--pool", type=int, default=2, help="pre-started workers (an evaluation takes two)")
+    ap.add_argument("--idle", type=float, default=0.0,
+                    help="seconds between evaluations (as an agent's think time): the pool's replacement workers "
+                         "start in it, so each verdict is timed on a warm pool")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -42,14 +45,20 @@ def main() -> int:
         jobs = [KERNELS[i % len(KERNELS)] for i in range(args.evals)]
         t0 = time.monotonic()
         with ThreadPoolExecutor(args.parallel) as pool:
-            verdicts = list(pool.map(lambda tk: ev.evaluate(*tk), jobs))
+            def one(tk):
+                v = ev.evaluate(*tk)
+                time.sleep(args.idle)
+                return v
+
+            verdicts = list(pool.map(one, jobs))
         wall = time.monotonic() - t0
     statuses = sorted({v.status for v in verdicts + warm})
     over = [v.overhead_s for v in verdicts if v.overhead_s is not None]
     own = [v.wall_s - v.overhead_s for v in verdicts if v.overhead_s is not None]
     report = {
         "evals": len(verdicts), "parallel": args.parallel, "pool": args.pool, "statuses": statuses,
-        "evals_per_minute": round(60 * len(verdicts) / wall, 2),
+        "idle_s": args.idle,
+        "evals_per_minute": round(60 * len(verdicts) / (wall - args.idle * len(verdicts) / args.parallel), 2),
         "first_round_s_with_references": round(warm_s, 2),
         "overhead_s": {"median": round(statistics.median(over), 3), "max": round(max(over), 3)},
         "kernel_own_s": {"median": round(statistics.median(own), 3)},
