@@ -4,20 +4,18 @@ two are compared here. Nothing the candidate's process writes is believed beyond
 
 from __future__ import annotations
 
-import json
 import secrets
-import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from maxkernel.harness import handoff
 from maxkernel.harness.arrays import load_arrays
 from maxkernel.harness.copyout import CopyOutError, open_regular, read_bytes
 from maxkernel.harness.integrity import Census, judge, judge_lowering
+from maxkernel.harness.judge_pair import JudgePair
 from maxkernel.harness.numerics import compare, fro_tolerance
 from maxkernel.harness.reference_job import MAX_LOWERED_BYTES
 from maxkernel.harness.sandbox import SandboxResult, WorkerPool
@@ -123,7 +121,7 @@ class Evaluator:
                "watch": self.watch}
         judge_job = {"kind": "reference", "task": spec, "size": size, "seeds": drawn, "reps": reps,
                      "time_budget_s": 2.0, "wait": True}
-        pair = _Pair(self.pool)
+        pair = JudgePair(self.pool)
         t_sub = time.monotonic()
         pair.start("judge", judge_job, dict(task_files), None)
         pair.start("candidate", job, {"kernel.py": source, **task_files}, timeout or self.settings.eval_timeout_s)
@@ -365,110 +363,6 @@ class Evaluator:
             fro_tolerance=min((t for t in fro_tols if t is not None), default=None),
             baseline_errors=calib, seeds=seeds, seeds_drawn=drawn_how, per_seed=checks, timed=timed)
         return correctness, reasons
-
-
-class _Pair:
-    """The candidate's job and the judge's job, run side by side in two workers of one pool.
-
-    The judge makes the inputs and references while the candidate imports and compiles; the parent then copies the
-    inputs across (the candidate never sees a seed), waits for the candidate to finish, and only then lets the
-    judge time the baseline (never while the candidate runs) and census the candidate's TPU lowering.
-    """
-
-    def __init__(self, pool: WorkerPool):
-        self.pool = pool
-        self.workers: dict = {}
-        self.results: dict[str, Any] = {}
-        self.started = {"judge": threading.Event(), "candidate": threading.Event()}
-        self.threads: dict[str, threading.Thread] = {}
-
-    def start(self, name: str, job: dict, files: dict, timeout: float | None) -> None:
-        def on_start(worker) -> None:
-            self.workers[name] = worker
-            self.started[name].set()
-
-        def body() -> None:
-            try:
-                self.results[name] = self.pool.run(job, files, timeout, on_start=on_start, refill=False)
-            except BaseException as exc:  # noqa: BLE001  (re-raised by finish, in the caller's thread)
-                self.results[name] = exc
-            finally:
-                self.started[name].set()
-
-        self.threads[name] = threading.Thread(target=body, name=f"maxkernel-{name}", daemon=True)
-        self.threads[name].start()
-
-    def _scratch(self, name: str) -> Path | None:
-        worker = self.workers.get(name)
-        return worker.scratch if worker is not None else None
-
-    def hand_inputs(self, n: int) -> bool:
-        """Copy the judge's inputs into the candidate's scratch as soon as they exist, then tell the candidate to
-        time once the judge has finished its references. False only when the judge failed (a harness failure);
-        a candidate that is already gone needs nothing."""
-        for event in self.started.values():
-            event.wait()
-        judge, cand = self._scratch("judge"), self._scratch("candidate")
-        judge_alive, cand_alive = self.threads["judge"].is_alive, self.threads["candidate"].is_alive
-
-        def wait(name: str) -> bool:
-            return judge is not None and handoff.wait_for(
-                judge, name, give_up=lambda: not judge_alive() or not cand_alive()) is not None
-
-        if not wait(handoff.INPUTS_MADE):
-            return self._stop_candidate(judge_alive)
-        try:  # into the candidate's scratch, which it may have filled or littered: any failure stops it
-            for i in range(n):
-                with open_regular(judge, f"inputs_{i}.npz") as src, open(cand / f"inputs_{i}.npz", "wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-            handoff.post(cand, handoff.INPUTS_READY, {})
-        except (CopyOutError, OSError):
-            self.abandon("candidate")
-            return True
-        if not wait(handoff.JUDGE_READY):
-            return self._stop_candidate(judge_alive)
-        try:
-            handoff.post(cand, handoff.TIME_GO, {})
-        except OSError:
-            self.abandon("candidate")
-        return True
-
-    def _stop_candidate(self, judge_alive) -> bool:
-        """The judge failed (False: a harness failure) or the candidate already ended (True)."""
-        failed = not judge_alive()
-        self.abandon("candidate")
-        return not failed
-
-    def release_judge(self, *, time_it: bool, lowered: bytes | None) -> None:
-        judge = self._scratch("judge")
-        if judge is None or not self.threads["judge"].is_alive():
-            return
-        if lowered is not None:
-            (judge / "lowered_tpu.mlir").write_bytes(lowered)
-        handoff.post(judge, handoff.JUDGE_GO, {"time": time_it, "lowered": "lowered_tpu.mlir" if lowered else None})
-
-    def abandon(self, name: str) -> None:
-        worker = self.workers.get(name)
-        if worker is not None and self.threads[name].is_alive():
-            worker.kill()
-
-    def finish(self, name: str) -> SandboxResult:
-        self.threads[name].join()
-        out = self.results[name]
-        if isinstance(out, BaseException):
-            raise out
-        return out
-
-    def close(self) -> None:
-        """Let a judge still waiting go, wait for both jobs, remove their scratch folders, and only then start the
-        pool's replacement workers (their start would have competed with the timed runs)."""
-        self.release_judge(time_it=False, lowered=None)
-        for name, thread in self.threads.items():
-            thread.join()
-            out = self.results.get(name)
-            if isinstance(out, SandboxResult):
-                out.cleanup()
-        self.pool.refill()
 
 
 def _interpreter_failure(verdict: Verdict, result: dict | None) -> bool:
