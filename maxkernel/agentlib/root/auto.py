@@ -199,7 +199,8 @@ class AutoOrchestrator(BaseAgent):
             result.update(status="correct" if final.status == "correct" else "failed_heldout",
                           kernel=best["path"], verdict=final.model_dump(mode="json"))
             text = (f"Done ({reason}). Best kernel: {best['path']} from iteration {best['iteration']}, "
-                    f"re-judged on held-out seeds {seeds}: {final.status.upper()} — {final.reason}")
+                    f"re-judged on held-out seeds {final.correctness.seeds or seeds} (drawn fresh by the harness): "
+                    f"{final.status.upper()} — {final.reason}")
         else:
             text = f"Done ({reason}) without a kernel the harness judged correct."
         loop["finished"] = True
