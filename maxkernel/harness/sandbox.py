@@ -16,6 +16,7 @@ import threading
 import time
 import warnings
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -402,15 +403,22 @@ class WorkerPool:
         self._ready: list[Worker] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="maxkernel-spawner")
         # Also at interpreter exit for a pool nobody closed (a module-level one): its workers, scratch mounts and
         # root folder go with it.
         self._finalizer = weakref.finalize(self, _close_workers, self._ready, self.root)
         self._fill()
 
+    def _start_worker(self) -> "Worker":
+        """Start a worker from the pool's own long-lived thread: bubblewrap's --die-with-parent fires when the
+        *thread* that started it exits, so a worker started by a short-lived caller thread (an evaluation's helper
+        thread, an executor thread at shutdown) would die under a later job."""
+        return self._spawner.submit(Worker.start, self.root, self.memory_mb, self.warm_compiler).result()
+
     def _fill(self) -> None:
         with self._lock:
             while not self._closed and len(self._ready) < self.size:
-                self._ready.append(Worker.start(self.root, self.memory_mb, self.warm_compiler))
+                self._ready.append(self._start_worker())
 
     def acquire(self, refill: bool = True) -> Worker:
         with self._lock:
@@ -421,7 +429,7 @@ class WorkerPool:
             self._ready[:] = alive
             worker = self._ready.pop(0) if self._ready else None
         if worker is None:
-            worker = Worker.start(self.root, self.memory_mb, self.warm_compiler)
+            worker = self._start_worker()
         if refill:
             self._fill()
         return worker
@@ -444,7 +452,7 @@ class WorkerPool:
             # A pre-started worker can die between acquire and now (bwrap's --die-with-parent fires when the
             # thread that started it exits): that is no verdict on the candidate, so start a fresh one.
             worker.discard()
-            worker = Worker.start(self.root, self.memory_mb, self.warm_compiler)
+            worker = self._start_worker()
         for name, content in (files or {}).items():
             dest = worker.scratch / name
             dest.parent.mkdir(parents=True, exist_ok=True)
