@@ -32,10 +32,19 @@ class Chip:
     cores_per_device: int = 1  # TensorCores one compile-only device spans (AbstractDevice num_cores)
     devices_per_chip: int = 1  # JAX devices one chip shows up as (7x: one per TensorCore)
     nominal: bool = False  # True where the rates are placeholders, not a spec sheet
+    clock_hz: float | None = None  # TPU: TensorCore clock, to turn libtpu's estimated cycles into seconds
+    mxu_flops_per_cycle: int | None = None  # TPU: dense bf16 FLOPs all MXUs of one chip retire per cycle
 
     @property
     def is_tpu(self) -> bool:
         return self.platform == "tpu"
+
+    @property
+    def clock(self) -> float | None:
+        """TensorCore clock in Hz: the peak rate over what the MXUs retire per cycle (see the table's sources)."""
+        if self.clock_hz:
+            return self.clock_hz
+        return self.peak_bf16_flops / self.mxu_flops_per_cycle if self.mxu_flops_per_cycle else None
 
     @property
     def device_peak_flops(self) -> float:
@@ -53,27 +62,31 @@ class Chip:
 # vmem_limit_bytes = capacity). Scoped-VMEM defaults: the limit libtpu 0.0.42.1 prints in E1001 errors
 # (v4 has no separate scoped limit: its whole 16 MiB is the limit). Compile-only device shapes
 # (cores_per_device, two devices per v4/7x topology) as libtpu 0.0.42.1 reports them.
+# Clocks: peak_bf16_flops / (MXU count x MXU width^2 x 2), with the MXU counts of Google's architecture pages and
+# the "How to Scale Your Model" TPU chapter (v4, v5p: 2 TensorCores x 4 MXUs of 128x128; v5e: 1 x 4 of 128x128;
+# v6e: 1 x 4 of 256x256; 7x: 2 x 4 of 256x256, assumed): v4 1.05 GHz, v5e 1.5 GHz, v5p 1.75 GHz, v6e 1.75 GHz,
+# 7x 2.2 GHz. Derived, not read from a spec sheet: tpu-estimate.md checks v5e's against its GEMM figures.
 # GPUs: NVIDIA H100 SXM5 and H200 SXM datasheets (dense, no sparsity); 227 KiB opt-in shared memory per
 # block is the sm_90 limit in the CUDA C Programming Guide (compute capability table).
 CHIPS: dict[str, Chip] = {
     c.name: c
     for c in (
         Chip(
-            name="v4", platform="tpu", lowering_platform="tpu", generation=4,
+            name="v4", mxu_flops_per_cycle=2 * 4 * 128 * 128 * 2, platform="tpu", lowering_platform="tpu", generation=4,
             device_kinds=("TPU v4",),
             peak_bf16_flops=275e12, hbm_bytes_per_s=1200e9, hbm_bytes=32 * GiB,
             vmem_bytes=16 * MiB, scoped_vmem_default_bytes=16 * MiB, smem_bytes=1 * MiB,
             topology_name="v4:1x1x1", abstract_device_kind="TPU v4", cores_per_device=1,
         ),
         Chip(
-            name="v5e", platform="tpu", lowering_platform="tpu", generation=5,
+            name="v5e", mxu_flops_per_cycle=4 * 128 * 128 * 2, platform="tpu", lowering_platform="tpu", generation=5,
             device_kinds=("TPU v5 lite", "TPU v5e"),
             peak_bf16_flops=197e12, hbm_bytes_per_s=819e9, hbm_bytes=16 * 10**9,
             vmem_bytes=128 * MiB, scoped_vmem_default_bytes=16 * MiB, smem_bytes=1 * MiB,
             topology_name="v5e:1x1", abstract_device_kind="TPU v5 lite", cores_per_device=1,
         ),
         Chip(
-            name="v5p", platform="tpu", lowering_platform="tpu", generation=5,
+            name="v5p", mxu_flops_per_cycle=2 * 4 * 128 * 128 * 2, platform="tpu", lowering_platform="tpu", generation=5,
             device_kinds=("TPU v5", "TPU v5p"),
             peak_bf16_flops=459e12, hbm_bytes_per_s=2765e9, hbm_bytes=95 * 10**9,
             vmem_bytes=64 * MiB, scoped_vmem_default_bytes=16 * MiB, smem_bytes=1 * MiB,
@@ -81,14 +94,14 @@ CHIPS: dict[str, Chip] = {
             topology_name="v5p:1x1x1", abstract_device_kind="TPU v5", cores_per_device=2,
         ),
         Chip(
-            name="v6e", platform="tpu", lowering_platform="tpu", generation=6,
+            name="v6e", mxu_flops_per_cycle=4 * 256 * 256 * 2, platform="tpu", lowering_platform="tpu", generation=6,
             device_kinds=("TPU v6 lite", "TPU v6e"),
             peak_bf16_flops=918e12, hbm_bytes_per_s=1638e9, hbm_bytes=32 * 10**9,
             vmem_bytes=128 * MiB, scoped_vmem_default_bytes=32 * MiB, smem_bytes=1 * MiB,
             topology_name="v6e:1x1", abstract_device_kind="TPU v6 lite", cores_per_device=1,
         ),
         Chip(
-            name="7x", platform="tpu", lowering_platform="tpu", generation=7,
+            name="7x", mxu_flops_per_cycle=2 * 4 * 256 * 256 * 2, platform="tpu", lowering_platform="tpu", generation=7,
             device_kinds=("TPU7x",),
             # 2307 TF bf16 (4614 fp8), 192 GiB HBM3E at 7.37 TB/s per chip; no megacore, so each
             # TensorCore is its own JAX device

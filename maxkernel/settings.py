@@ -53,7 +53,16 @@ class Settings(BaseSettings):
     max_tokens: int | None = Field(default=None, description="Stop starting new steps past this many tokens.")
     max_cost_usd: float | None = Field(default=None)
     max_wall_s: float | None = Field(default=None)
-    chip: str = Field(default="v5e", description="Target chip for compile checks, roofline and tuning.")
+    chip: str = Field(default="v5e", description="Target chip for compile checks, roofline, tuning and TPU estimates.")
+
+    # TPU estimates off a TPU (libtpu's static LLO profile on shrunk shapes, floored by the roofline).
+    estimate: bool = Field(default=True, description="Off a TPU, every verdict carries a TPU estimate for `chip` and the "
+                           "loop, search and autotuner rank by it.")
+    estimate_memory_mb: int = Field(default=8192, ge=2048, description="Address-space guard of one profiling process.")
+    estimate_timeout_s: float = Field(default=300.0, gt=0, description="Wall-clock limit of one profiling process.")
+    estimate_max_gflop: float = Field(default=20.0, gt=0, description="Largest program (GFLOP) profiled; larger ones are "
+                                      "shrunk along parallel dimensions and extrapolated.")
+    estimate_max_mb: float = Field(default=512.0, gt=0, description="Same, for the HBM bytes a profiled program moves.")
 
 
     allow_unisolated: bool = Field(default=False, description="Accept a 'correct' verdict from a run without the "

@@ -16,6 +16,9 @@ CONFIG = {
 }
 SIZES = {"smoke": {"batch": 2, "seq_len": 64, "emb_dim": 256}}
 
+# Independent dimensions (rows are normalised independently): the TPU estimator may shrink these and extrapolate.
+PARALLEL_DIMS = ("batch", "seq_len")
+
 
 def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
     """Returns (x[batch, seq_len, emb_dim], scale[emb_dim]); scale is 1 plus mixed-sign noise."""

@@ -14,6 +14,9 @@ CONFIG = {
 }
 SIZES = {"smoke": {"M": 256, "K": 512, "N": 384}}
 
+# Independent dimensions (rows and columns of the output are independent): the TPU estimator may shrink these and extrapolate.
+PARALLEL_DIMS = ("M", "N")
+
 
 def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
     """Returns (a[M,K], b[K,N]); b is scaled by 1/sqrt(K) so outputs are O(1)."""

@@ -19,6 +19,7 @@ HANDLERS = {
     "compile": "maxkernel.harness.compile_job",
     "compile_many": "maxkernel.harness.compile_many_job",
     "profile": "maxkernel.harness.profile_job",
+    "estimate": "maxkernel.harness.estimate_job",
 }
 
 

@@ -1,0 +1,398 @@
+"""TPU run time without a TPU: libtpu's static LLO profile on shrunk shapes, fitted, extrapolated, floored by the roofline.
+
+    T = max(cycles(full) / clock, HBM bytes / bandwidth, FLOPs / peak)
+
+cycles(full) comes from profiling the program at two or three shrunk sizes (parallel dimensions halved, blocks and
+reduction axes kept) in a fresh, memory-guarded sandboxed process, fitting cycles = a + b * x (x: the fraction of
+the full size's parallel work) and reading it at x = 1. Ops the profiler prices at 0 cycles (copies, broadcasts,
+gathers) are filled with their bytes over the chip's bandwidth. The floors never come from the candidate alone: FLOPs
+are the task's, bytes are the larger of what the inputs and outputs must move and what the BlockSpecs and grid
+fetch. Every figure is an estimate, labelled so, never a measured time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from maxkernel import chips
+from maxkernel.settings import get_settings
+
+__all__ = ["ProgramEstimate", "Estimate", "estimate", "estimate_program", "METHOD", "LABEL", "METHOD_VERSION",
+           "DEFAULT_PARALLEL_DIMS"]
+
+METHOD_VERSION = 1  # part of every cache key: bump when the method changes what it reports
+LABEL = "TPU estimate (libtpu static profile + roofline floor), not a measured time"
+METHOD = ("static LLO profile on a shrunk grid, extrapolated, floored by roofline: libtpu's estimated cycles for the "
+          "program compiled deviceless at two or three sizes with parallel dimensions halved (blocks and reduction axes "
+          "kept), fitted linearly in the parallel work and extrapolated to the full size; 0-cycle ops filled with their "
+          "HBM bytes; the result is at least the HBM floor and the FLOP floor")
+# XLA programs (baselines) are shrunk only along dimensions the task names independent (PARALLEL_DIMS in its
+# baseline.py); these names are taken as independent when it names none.
+DEFAULT_PARALLEL_DIMS = ("batch", "batch_size", "batch_tokens", "num_seqs")
+# A libtpu abort (the whole process dies) whose known cause this flag avoids; the estimate then describes a
+# slightly different program (VMEM memory-space assignment off) and says so.
+_RETRY_FLAG = "--xla_vf_vmem_memory_space_assignment=false"
+_ABORTS = (("Unsupported DMA direction", "libtpu's profiler does not support a DMA this program issues (gathers or "
+            "scatters into VMEM)"),
+           ("kScalarMultiplyHighU32", "libtpu's profiler does not support a dynamic update into VMEM inside a loop"),
+           ("Check failed", "libtpu hit an internal check"))
+_MEMORY = ("std::bad_alloc", "Cannot allocate memory", "out of memory", "MemoryError", "RESOURCE_EXHAUSTED")
+
+
+class ProgramEstimate(BaseModel):
+    """One program's estimate (a candidate kernel or the task's XLA baseline) on one chip."""
+
+    ok: bool
+    program: str = Field(description="kernel | baseline")
+    chip: str
+    estimated_ms: float | None = None
+    bound: str | None = Field(None, description="compute | memory | overhead (more than 4x its roofline floor)")
+    floors: dict = Field(default_factory=dict, description="{compute_ms, memory_ms}")
+    static_cycles_ms: float | None = Field(None, description="The fitted static profile at full size, before floors.")
+    fraction_of_roofline: float | None = None
+    fit: dict = Field(default_factory=dict, description="Shrunk shapes, their cycles, the line fitted through them.")
+    limits: list[str] = Field(default_factory=list, description="What this estimate assumed or could not see.")
+    data_dependent: bool = False
+    libtpu_flags: list[str] = Field(default_factory=list)
+    libtpu: str | None = None
+    error: str | None = None
+    hint: str | None = None
+    stage: str | None = None
+    wall_s: float = 0.0
+    cached: bool = False
+
+
+class Estimate(BaseModel):
+    """A kernel's estimated TPU time against the task's XLA baseline estimated the same way on the same chip."""
+
+    ok: bool
+    summary: str
+    label: str = LABEL
+    chip: str
+    size: str
+    estimated_ms: float | None = None
+    baseline_estimated_ms: float | None = None
+    speedup_estimate: float | None = None
+    bound: str | None = None
+    floors: dict = Field(default_factory=dict)
+    static_cycles_ms: float | None = None
+    fraction_of_roofline: float | None = None
+    method: str = METHOD
+    fit: dict = Field(default_factory=dict)
+    limits: list[str] = Field(default_factory=list)
+    data_dependent: bool = False
+    libtpu: str | None = None
+    kernel: ProgramEstimate | None = None
+    baseline: ProgramEstimate | None = None
+    error: str | None = None
+    hint: str | None = None
+    stage: str | None = None
+    cached: bool = False
+    wall_s: float = 0.0
+
+
+def estimate(task: str, kernel: str | None, chip: str | None = None, size: str = "full", tunables: dict | None = None,
+             timeout: float | None = None) -> Estimate:
+    """Estimate `kernel` (a file defining workload) and the task's baseline on `chip`; never raises for bad input
+    or a failed profile: an Estimate with ok=False says why (and, for a compile failure, the compiler's hint)."""
+    t0 = time.monotonic()
+    from maxkernel.tasks import TaskError, load_task
+
+    chip_name = chip or get_settings().chip
+    try:
+        spec = load_task(task)
+        target = chips.get(chip_name)
+        if not target.is_tpu:
+            raise ValueError(f"TPU estimates are for TPU chips; {target.name} is a {target.platform}")
+        if size not in spec.sizes:
+            raise TaskError(f"task {spec.name} has no size {size!r} (has {', '.join(spec.sizes)})")
+        if kernel is not None and not Path(kernel).is_file():
+            raise FileNotFoundError(f"kernel file not found: {kernel}")
+    except (TaskError, ValueError, FileNotFoundError) as exc:
+        return Estimate(ok=False, chip=chip_name, size=size, stage="input", error=str(exc),
+                        summary=f"Not estimated: {exc}")
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the two profiling processes run side by side
+        base_f = pool.submit(estimate_program, spec, None, target, size, None, timeout)
+        kern = estimate_program(spec, kernel, target, size, tunables, timeout) if kernel else None
+        base = base_f.result()
+    return _combine(kern, base, target, size, time.monotonic() - t0)
+
+
+def _combine(kern: ProgramEstimate | None, base: ProgramEstimate, chip, size: str, wall: float) -> Estimate:
+    main = kern or base
+    common = dict(chip=chip.name, size=size, kernel=kern, baseline=base, wall_s=wall, libtpu=main.libtpu or base.libtpu,
+                  cached=main.cached and base.cached)
+    if not main.ok:
+        what = "the kernel" if kern else "the baseline"
+        return Estimate(ok=False, stage=main.stage, error=main.error, hint=main.hint, limits=main.limits,
+                        baseline_estimated_ms=base.estimated_ms if kern else None,
+                        summary=f"could not estimate {what} on {chip.name}: {main.error}"
+                                + (f"\nHint: {main.hint}" if main.hint else ""), **common)
+    speedup = base.estimated_ms / main.estimated_ms if kern and base.ok and main.estimated_ms else None
+    limits = list(main.limits) + ([f"baseline: {x}" for x in base.limits] if kern else [])
+    if kern and not base.ok:
+        limits.append(f"baseline not estimated: {base.error}")
+    at = f"{main.fraction_of_roofline:.0%} of its roofline" if main.fraction_of_roofline else "roofline unknown"
+    summary = (f"TPU estimate on {chip.name} ({size} size): {main.estimated_ms:.3g} ms, {main.bound}-bound, {at}"
+               + (f"; XLA baseline {base.estimated_ms:.3g} ms, speedup {speedup:.2f}x" if speedup else "")
+               + (" [data-dependent: floored by the task's work]" if main.data_dependent else "")
+               + ". Estimated from libtpu's static profile, not measured.")
+    return Estimate(ok=True, summary=summary, estimated_ms=main.estimated_ms,
+                    baseline_estimated_ms=base.estimated_ms if base.ok else None, speedup_estimate=speedup,
+                    bound=main.bound, floors=main.floors, static_cycles_ms=main.static_cycles_ms,
+                    fraction_of_roofline=main.fraction_of_roofline, fit=main.fit, limits=limits,
+                    data_dependent=main.data_dependent or (kern is not None and base.data_dependent), **common)
+
+
+def _cache_path(key: str) -> Path:
+    return get_settings().cache_dir / "estimate" / f"{key}.json"
+
+
+def _libtpu_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("libtpu")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _method_digest() -> str:
+    """Hash of the estimator's own code: a changed method never reads an old method's cached figures."""
+    from maxkernel.harness import estimate_job
+
+    h = hashlib.sha256(str(METHOD_VERSION).encode())
+    for path in (Path(__file__), Path(estimate_job.__file__)):
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _key(task, source: bytes, chip, size: str, tunables: dict | None, settings) -> str:
+    parts = [_method_digest(), task.name, task.digest, hashlib.sha256(source).hexdigest(), chip.name, size,
+             json.dumps(tunables or {}, sort_keys=True), _libtpu_version(), settings.estimate_max_gflop,
+             settings.estimate_max_mb]
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
+
+
+def estimate_program(task, kernel: str | None, chip, size: str = "full", tunables: dict | None = None,
+                     timeout: float | None = None) -> ProgramEstimate:
+    """The estimate of one program, from the cache when (source, task, size, chip, libtpu version) was seen."""
+    settings = get_settings()
+    program = "kernel" if kernel else "baseline"
+    source = Path(kernel).read_bytes() if kernel else task.baseline_file.read_bytes()
+    key = _key(task, source, chip, size, tunables, settings)
+    path = _cache_path(key)
+    if path.is_file():
+        try:
+            return ProgramEstimate(**{**json.loads(path.read_text()), "cached": True})
+        except (ValueError, TypeError):
+            path.unlink(missing_ok=True)
+    t0 = time.monotonic()
+    if kernel:
+        from maxkernel.harness.static_check import check_source
+
+        problems = check_source(source.decode(errors="replace"))
+        if problems:
+            return ProgramEstimate(ok=False, program=program, chip=chip.name, stage="static",
+                                   error="the kernel was refused before import: " + "; ".join(problems[:3]))
+    out = _profile(task, kernel, chip, size, tunables, timeout, [])
+    if out.stage == "abort" and _RETRY_FLAG not in out.libtpu_flags:
+        retry = _profile(task, kernel, chip, size, tunables, timeout, [_RETRY_FLAG])
+        if retry.ok:
+            retry.limits.append(f"profiled with {_RETRY_FLAG} after libtpu aborted ({out.error}): the estimate "
+                                "describes the program with VMEM memory-space assignment off")
+        out = retry if retry.ok else out
+    out.wall_s = time.monotonic() - t0
+    if out.ok or out.stage in ("compile", "lower", "import", "plan"):  # deterministic outcomes only
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{time.monotonic_ns()}.tmp")
+        tmp.write_text(out.model_dump_json())
+        tmp.replace(path)
+    return out
+
+
+def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> ProgramEstimate:
+    from maxkernel.harness.copyout import MAX_RESULT_BYTES, CopyOutError, read_bytes
+    from maxkernel.harness.estimate_job import PROGRESS_FILE
+    from maxkernel.harness.sandbox import WorkerPool
+
+    settings = get_settings()
+    program = "kernel" if kernel else "baseline"
+    spec, task_files = task.for_job()
+    dims_order = _dims_order(task, kernel is not None)
+    full_bytes = _io_bytes(task, size)
+    job = {"kind": "estimate", "task": spec, "kernel": "kernel.py" if kernel else None, "chip": chip.name,
+           "size": size, "tunables": tunables or {}, "dims_order": dims_order, "libtpu_flags": flags,
+           "budget": {"flops": settings.estimate_max_gflop * 1e9, "bytes": settings.estimate_max_mb * 2**20,
+                      "tiles": 1, "full_bytes": full_bytes}}
+    files = dict(task_files)
+    if kernel:
+        files["kernel.py"] = Path(kernel).read_bytes()
+    base = dict(ok=False, program=program, chip=chip.name, libtpu_flags=flags, libtpu=_libtpu_version())
+    with WorkerPool(size=0, memory_mb=settings.estimate_memory_mb) as pool:
+        res = pool.run(job, files, timeout or settings.estimate_timeout_s)
+        try:
+            lines = []
+            if res.scratch is not None:
+                try:  # written inside the sandbox: JSON lines in a regular file, or nothing is taken from it
+                    text = read_bytes(res.scratch, PROGRESS_FILE, MAX_RESULT_BYTES).decode(errors="replace")
+                    lines = [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+                except (CopyOutError, ValueError):
+                    lines = []
+            inside = str(res.scratch / "kernel.py") if res.scratch else None
+            result = res.result or {}
+            stderr = res.stderr_tail or ""
+        finally:
+            res.cleanup()
+    if res.status == "timeout":
+        return ProgramEstimate(**base, stage="timeout", error=f"the profile did not finish within {res.wall_s:.0f} s",
+                               hint="raise MAXKERNEL_ESTIMATE_TIMEOUT_S, or lower MAXKERNEL_ESTIMATE_MAX_GFLOP so "
+                                    "the profiled sizes shrink further")
+    if res.status == "crashed":
+        return _crash(base, stderr, lines, settings)
+    if result.get("status") != "ok":
+        err = str(result.get("error") or "the profile job failed")
+        if inside:
+            err = err.replace(inside, str(kernel))
+        return ProgramEstimate(**base, stage=result.get("stage") or "worker", error=err, hint=result.get("hint"))
+    try:
+        return _fit(base, lines, task, chip, size, full_bytes)
+    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as exc:
+        return ProgramEstimate(**base, stage="sandbox",
+                               error=f"the profile job wrote a malformed record ({type(exc).__name__}: {exc})")
+
+
+def _crash(base: dict, stderr: str, lines: list[dict], settings) -> ProgramEstimate:
+    running = next((ln["starting"] for ln in reversed(lines) if "starting" in ln), None)
+    at = f" while profiling {running}" if running else ""
+    if any(m in stderr for m in _MEMORY):
+        return ProgramEstimate(**base, stage="memory", error=f"the profiling process hit its memory guard "
+                               f"({settings.estimate_memory_mb} MB){at}",
+                               hint="raise MAXKERNEL_ESTIMATE_MEMORY_MB, or lower MAXKERNEL_ESTIMATE_MAX_GFLOP so the "
+                                    "profiled sizes shrink further")
+    for marker, why in _ABORTS:
+        if marker in stderr:
+            line = next((ln for ln in stderr.splitlines() if marker in ln), marker)
+            return ProgramEstimate(**base, stage="abort", error=f"libtpu aborted{at}: {why} ({line.strip()[:200]})",
+                                   hint=f"libtpu flag {_RETRY_FLAG} avoids most of these aborts")
+    tail = " | ".join(stderr.strip().splitlines()[-3:])[:400]
+    return ProgramEstimate(**base, stage="abort", error=f"the profiling process died{at}: {tail or 'no output'}",
+                           hint=f"libtpu flag {_RETRY_FLAG} avoids most libtpu aborts")
+
+
+def _dims_order(task, is_kernel: bool) -> list[str]:
+    from maxkernel.harness.estimate_job import task_dims
+
+    declared = getattr(task.module, "PARALLEL_DIMS", None)
+    names = list(declared) if declared else [d for d in DEFAULT_PARALLEL_DIMS if d in task.config]
+    if is_kernel:  # a Pallas program shows which dims only add parallel tiles: every dimension may be tried
+        names += [d for d in task_dims_safe(task) if d not in names]
+    return names
+
+
+def task_dims_safe(task) -> list[str]:
+    return [k for k, v in task.config.items() if isinstance(v, int) and not isinstance(v, bool)]
+
+
+def _io_bytes(task, size: str) -> int:
+    """Bytes the inputs and the baseline's outputs occupy: what any implementation must move through HBM."""
+    import jax
+
+    structs = jax.eval_shape(lambda: task.create_inputs(size=size, seed=0))
+    outs = jax.eval_shape(task.module.workload, *structs)
+    return int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(structs) + jax.tree.leaves(outs)))
+
+
+def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) -> ProgramEstimate:
+    head = next(ln for ln in lines if "plan" in ln)
+    plan, facts, traffic = head["plan"], head["facts"], head["block_traffic"]
+    points = [ln["point"] for ln in lines if "point" in ln]
+    if not points:
+        raise ValueError("no profiled point")
+    clock, bw = chip.clock, chip.device_hbm_bytes_per_s
+    limits: list[str] = []
+    rows = []
+    for p in points:
+        raw = sum(int(c) for c in p["ops"].values())
+        fill_bytes = sum(int(b) for b in p["zero_cycle_bytes"].values())
+        fill = fill_bytes / bw * clock
+        rows.append({"dims": {d: p["dims"][d] for d in plan["shrunk_dims"]} or "full", "x": float(p["x"]),
+                     "tiles": p.get("tiles"), "cycles": raw, "zero_cycle_ops": len(p["zero_cycle_bytes"]),
+                     "zero_cycle_fill_cycles": round(fill), "compile_s": round(float(p["compile_s"]), 2)})
+    if any(r["zero_cycle_ops"] for r in rows):
+        limits.append("ops priced at 0 cycles by the profiler were filled with their HBM bytes / bandwidth")
+    xs = [r["x"] for r in rows]
+    ys = [r["cycles"] + r["zero_cycle_fill_cycles"] for r in rows]
+    raw_ys = [r["cycles"] for r in rows]
+    a, b, residual = _line_fit(xs, ys)
+    if max(xs) >= 1.0 - 1e-12:
+        full_cycles = ys[xs.index(max(xs))]
+        raw_full = raw_ys[xs.index(max(xs))]
+        how = "profiled at full size"
+    elif b is None or b <= 0:
+        full_cycles = ys[xs.index(max(xs))] / max(xs)
+        raw_full = raw_ys[xs.index(max(xs))] / max(xs)
+        how = "scaled in proportion from one shrunk size"
+        limits.append("only one usable shrunk size: cycles scaled in proportion to the work")
+    else:
+        full_cycles = a + b
+        ra, rb, _ = _line_fit(xs, raw_ys)
+        raw_full = ra + rb if rb is not None else full_cycles
+        how = f"cycles = a + b*x fitted on {len(xs)} sizes, read at x = 1"
+    cycles_ms = full_cycles / clock * 1e3
+    flops = float(task.flops(size) or 0.0)
+    spec_bytes = traffic.get("bytes")
+    hbm_bytes = max(io_bytes, spec_bytes or 0)
+    compute_ms = flops / chip.device_peak_flops * 1e3
+    memory_ms = hbm_bytes / bw * 1e3
+    if not flops:
+        limits.append("the task declares no FLOP count: no compute floor")
+    declared = [c["declared_bytes"] for c in facts["pallas_calls"] if c.get("declared_bytes") is not None]
+    if spec_bytes is None and facts["pallas_calls"]:
+        limits.append("HBM bytes from the inputs and outputs only (" + "; ".join(traffic.get("notes") or []) + ")")
+    elif traffic.get("notes"):
+        limits.extend(traffic["notes"])
+    if declared and spec_bytes is not None and sum(declared) < 0.5 * spec_bytes:
+        limits.append(f"the kernel's cost_estimate declares {sum(declared):.3g} bytes, under the {spec_bytes:.3g} its "
+                      "BlockSpecs fetch: the BlockSpec figure is used")
+    data_dependent = bool(facts.get("data_dependent"))
+    if data_dependent:
+        limits.append("work depends on the data (" + ", ".join(facts["data_dependent"]) + "): the profiler cannot see "
+                      "values, so the estimate is floored by the task's declared work")
+    for c in facts["pallas_calls"]:
+        if c.get("vmem_limit_bytes"):
+            limits.append(f"{c['name']} asks for a {int(c['vmem_limit_bytes']) >> 20} MiB scoped VMEM limit")
+    estimated = max(cycles_ms, compute_ms, memory_ms)
+    top = max(compute_ms, memory_ms)
+    bound = "compute" if compute_ms >= memory_ms else "memory"
+    if top <= 0 or estimated > 4 * top:
+        bound = "overhead"
+    fit = {"how": how, "shrunk_dims": plan["shrunk_dims"], "full_dims": {d: plan["full_dims"][d] for d in plan["shrunk_dims"]},
+           "points": rows, "a_cycles": a, "b_cycles": b, "max_residual": residual, "cycles_full": full_cycles,
+           "clock_hz": clock, "hbm_bytes": hbm_bytes, "hbm_bytes_source": "block specs and grid"
+           if spec_bytes is not None and spec_bytes >= io_bytes else "inputs and outputs",
+           "flops": flops, "rejected_dims": plan.get("rejected", {}),
+           "pallas_calls": [{k: c[k] for k in ("name", "grid", "parallel")} for c in facts["pallas_calls"]]}
+    return ProgramEstimate(**{**base, "ok": True}, estimated_ms=estimated, bound=bound,
+                           floors={"compute_ms": compute_ms, "memory_ms": memory_ms},
+                           static_cycles_ms=raw_full / clock * 1e3, fraction_of_roofline=top / estimated if top else None,
+                           fit=fit, limits=limits, data_dependent=data_dependent)
+
+
+def _line_fit(xs: list[float], ys: list[float]) -> tuple[float | None, float | None, float | None]:
+    """Least-squares a + b*x through the points, and the largest relative residual; (None, None, None) for one x."""
+    if len(set(xs)) < 2:
+        return None, None, None
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    a = my - b * mx
+    residual = max(abs(a + b * x - y) / y for x, y in zip(xs, ys) if y) if any(ys) else None
+    return a, b, residual

@@ -1,0 +1,371 @@
+"""Sandbox job: libtpu's static LLO profile of one program (a kernel or the task's XLA baseline) on shrunk shapes.
+
+libtpu reads its flags once, when it loads, so this job runs in a fresh worker that has not loaded it yet, and sets
+the dump flag before the first compile. It never profiles at full size by default: the profiler unrolls the whole
+execution (a full-size GEMM passed 21 GB of RAM). It halves the task's parallel dimensions until the program is
+small, profiles the last three sizes and writes one JSON line per profiled size, so that a libtpu abort (which
+kills the process) keeps what was measured before it. The parent fits and extrapolates (maxkernel/estimate.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import re
+import time
+from pathlib import Path
+
+__all__ = ["run", "PROGRESS_FILE", "DUMP_DIR", "parse_profile", "zero_cycle_bytes", "pallas_facts", "block_traffic"]
+
+PROGRESS_FILE = "estimate.jsonl"
+DUMP_DIR = "llo_profile"
+SIZE_NAME = "__estimate__"  # the task size the job injects for a shrunk point
+MAX_GRID_POINTS = 1 << 24
+_FACTORS = (2, 3, 5, 7)
+_HARD_FACTOR = 4.0  # a program up to this many times the budget is still profiled (a kernel's single tile may be big)  # beyond this many grid steps, block traffic is not enumerated
+_CYCLES = re.compile(r'hlo_op_estimate\s*\{[^}]*?hlo_op_name:\s*"([^"]+)"[^}]*?estimated_cycles:\s*(\d+)', re.S)
+_SHAPE = re.compile(r"\b(pred|s4|u4|s8|u8|s16|u16|s32|u32|s64|u64|f16|bf16|f32|f64|f8e4m3fn|f8e5m2|c64|c128)\[([\d,]*)\]")
+_BITS = {"pred": 8, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "s16": 16, "u16": 16, "s32": 32, "u32": 32, "s64": 64,
+         "u64": 64, "f16": 16, "bf16": 16, "f32": 32, "f64": 64, "f8e4m3fn": 8, "f8e5m2": 8, "c64": 64, "c128": 128}
+# Primitives whose work depends on values the static profile cannot see.
+_DATA_DEPENDENT = {"ragged_dot", "ragged_dot_general", "ragged_all_to_all"}
+
+
+def parse_profile(text: str) -> dict[str, int]:
+    """{HLO op name: estimated cycles} from the static LLO profile textproto(s)."""
+    out: dict[str, int] = {}
+    for name, cycles in _CYCLES.findall(text):
+        out[name] = out.get(name, 0) + int(cycles)
+    return out
+
+
+def zero_cycle_bytes(hlo_text: str, names: list[str]) -> dict[str, int]:
+    """HBM bytes of each named op (its result plus its operands, as the scheduled HLO prints them).
+
+    The profiler prices pure data movement (copies, broadcasts, gathers) at 0 cycles; such an op still moves its
+    bytes, so the estimate fills it with bytes / bandwidth.
+    """
+    out = {}
+    for name in names:
+        m = re.search(rf"^\s*(?:ROOT\s+)?%{re.escape(name)} = (.*)$", hlo_text, re.M)
+        if not m:
+            continue
+        line = m.group(1).split(", metadata=")[0].split(", backend_config=")[0]
+        total = 0
+        for dtype, dims in _SHAPE.findall(line):
+            n = math.prod(int(d) for d in dims.split(",") if d) if dims else 1
+            total += n * _BITS[dtype] // 8
+        out[name] = total
+    return out
+
+
+def _walk(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for p in eqn.params.values():
+            for sub in (p if isinstance(p, (list, tuple)) else [p]):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _walk(inner)
+
+
+def pallas_facts(closed_jaxpr) -> dict:
+    """What the traced program's pallas_calls look like: grids, parallel axes, blocks, scalar prefetch; and the
+    primitives whose cost depends on the data."""
+    calls, data_dependent = [], set()
+    for eqn in _walk(closed_jaxpr.jaxpr):
+        name = eqn.primitive.name
+        if name in _DATA_DEPENDENT:
+            data_dependent.add(name)
+        if name != "pallas_call":
+            continue
+        gm = eqn.params["grid_mapping"]
+        params = eqn.params.get("compiler_params") or {}
+        params = params.get("mosaic_tpu", params) if isinstance(params, dict) else params
+        sem = tuple(str(s).lower().rsplit(".", 1)[-1] for s in (getattr(params, "dimension_semantics", None) or ()))
+        grid = tuple(int(g) if isinstance(g, int) else -1 for g in gm.grid)
+        parallel = tuple((sem[i] if i < len(sem) else "arbitrary") in ("parallel", "core_parallel")
+                         for i in range(len(grid)))
+        blocks = [[list(bm.block_aval.shape), str(bm.block_aval.dtype),
+                   str(getattr(bm.block_aval, "memory_space", ""))] for bm in gm.block_mappings]
+        cost = eqn.params.get("cost_estimate")
+        if gm.num_index_operands:
+            data_dependent.add("scalar_prefetch")
+        calls.append({"name": eqn.params.get("name") or "pallas_call", "grid": list(grid), "parallel": list(parallel),
+                      "blocks": blocks, "scalar_prefetch": int(gm.num_index_operands),
+                      "vmem_limit_bytes": getattr(params, "vmem_limit_bytes", None),
+                      "declared_bytes": int(cost.bytes_accessed) if cost is not None else None,
+                      "declared_flops": int(cost.flops) if cost is not None else None})
+    return {"pallas_calls": calls, "data_dependent": sorted(data_dependent)}
+
+
+def block_traffic(closed_jaxpr) -> dict:
+    """HBM bytes the pallas_calls move as their BlockSpecs and grids say: each blocked operand is fetched (or
+    written back) once per grid step in which its block index changes, iterating the grid row-major.
+
+    Operands left in HBM (memory space ANY) move by the kernel's own DMAs and are counted once; a grid too large to
+    enumerate, or index maps that read scalar-prefetched data, make the figure unknown (None).
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    total, notes = 0, []
+    for eqn in _walk(closed_jaxpr.jaxpr):
+        if eqn.primitive.name != "pallas_call":
+            continue
+        gm = eqn.params["grid_mapping"]
+        grid = tuple(gm.grid)
+        if not all(isinstance(g, int) for g in grid):
+            return {"bytes": None, "notes": ["dynamic grid"]}
+        steps = math.prod(grid) if grid else 1
+        if gm.num_index_operands:
+            return {"bytes": None, "notes": ["index maps read scalar-prefetched data"]}
+        if steps > MAX_GRID_POINTS:
+            return {"bytes": None, "notes": [f"grid of {steps} steps is too large to enumerate"]}
+        idx = np.indices(grid).reshape(len(grid), -1).astype(np.int32) if grid else np.zeros((0, 1), np.int32)
+        for bm in gm.block_mappings:
+            aval = bm.block_aval
+            nbytes = math.prod(aval.shape) * aval.dtype.itemsize
+            space = str(getattr(aval, "memory_space", "")).lower()
+            if "any" in space or "hbm" in space:
+                full = bm.array_aval
+                total += math.prod(full.shape) * full.dtype.itemsize
+                notes.append("an operand moves by the kernel's own DMAs: counted once")
+                continue
+            if "smem" in space:
+                total += nbytes
+                continue
+            jaxpr = bm.index_map_jaxpr
+            fn = functools.partial(jax.core.eval_jaxpr, jaxpr.jaxpr, jaxpr.consts)
+            with jax.default_device(jax.devices("cpu")[0]):
+                cols = jax.jit(jax.vmap(lambda *g: jnp.stack([jnp.asarray(v, jnp.int32) for v in fn(*g)]) if
+                                        jaxpr.jaxpr.outvars else jnp.zeros((0,), jnp.int32)))(*map(jnp.asarray, idx))
+            cols = np.asarray(cols)
+            changes = 1 + int(np.count_nonzero(np.any(cols[1:] != cols[:-1], axis=1))) if len(cols) else 1
+            total += changes * nbytes
+    return {"bytes": total, "notes": sorted(set(notes))}
+
+
+def _profiled_compile(fn, structs, chip, device, dump: Path) -> dict:
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from maxkernel import chips as chips_mod
+
+    sharding = NamedSharding(Mesh([device], ("d",)), PartitionSpec())
+    placed = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), structs)
+    for old in dump.glob("*"):
+        old.unlink()
+    t0 = time.perf_counter()
+    with chips_mod.trace_context(chip):
+        compiled = jax.jit(fn).trace(*placed).lower().compile()
+    compile_s = time.perf_counter() - t0
+    text = "\n".join(p.read_text(errors="replace") for p in sorted(dump.glob("*static_llo_profile*")))
+    ops = parse_profile(text)
+    hlo = compiled.as_text() or ""
+    zero = zero_cycle_bytes(hlo, [n for n, c in ops.items() if c == 0])
+    return {"ops": ops, "zero_cycle_bytes": zero, "compile_s": compile_s, "profile_files": len(list(dump.glob("*")))}
+
+
+def task_dims(task, size: str) -> dict:
+    """The task's integer parameters at `size` (CONFIG, overridden by SIZES[size] for a named size)."""
+    dims = {**task.config, **(getattr(task.module, "SIZES", {}) or {}).get(size, {})} if size != "full" else task.config
+    return {k: v for k, v in dims.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def _structs_at(task, dims: dict | None, size: str):
+    import jax
+
+    if dims is None:
+        return jax.eval_shape(lambda: task.create_inputs(size=size, seed=0))
+    sizes = getattr(task.module, "SIZES", None)
+    if not isinstance(sizes, dict):
+        raise ValueError("the task declares no SIZES table, so its shapes cannot be shrunk")
+    sizes[SIZE_NAME] = dims
+    try:
+        return jax.eval_shape(lambda: task.create_inputs(size=SIZE_NAME, seed=0))
+    finally:
+        sizes.pop(SIZE_NAME, None)
+
+
+def _signature(fn, structs, chip):
+    """(pallas facts, traced jaxpr) of `fn` at `structs` in the chip's trace context."""
+    import jax
+
+    from maxkernel import chips as chips_mod
+
+    with chips_mod.trace_context(chip):
+        closed = jax.jit(fn).trace(*structs).jaxpr
+    return pallas_facts(closed), closed
+
+
+def _same_kernel(full: dict, shrunk: dict) -> bool:
+    """Whether the shrunk program runs the same kernels with the same blocks over fewer parallel tiles only."""
+    a, b = full["pallas_calls"], shrunk["pallas_calls"]
+    if len(a) != len(b) or not a:
+        return False
+    fewer = False
+    for x, y in zip(a, b):
+        if x["blocks"] != y["blocks"] or x["parallel"] != y["parallel"] or len(x["grid"]) != len(y["grid"]):
+            return False
+        for g_full, g_small, par in zip(x["grid"], y["grid"], x["parallel"]):
+            if g_full != g_small and not par:
+                return False  # a reduction axis changed: the per-tile cost would change with it
+            fewer |= g_small < g_full
+    return fewer
+
+
+def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_order: list[str]) -> dict:
+    """The shrunk sizes to profile: halve parallel dimensions until the program's work fits the budget.
+
+    A dimension qualifies for a Pallas program when halving it keeps every kernel's blocks and reduction axes and
+    only removes parallel tiles (so the per-tile cost is unchanged and the fit is linear in tiles); for an XLA
+    program, when the task names it parallel (its work then scales linearly with it).
+    """
+    full_dims = task_dims(task, base_size)
+    facts_full, _ = _signature(fn, _structs_at(task, None, base_size), chip)
+    work_flops = float(task.flops(base_size) or 0.0)
+    work_bytes = float(budget["full_bytes"])
+    cur = dict(full_dims)
+    chain = [dict(cur)]
+    usable = [d for d in dims_order if isinstance(full_dims.get(d), int) and full_dims[d] > 1]
+    rejected: dict[str, str] = {}
+    why = ""
+
+    def ratio(dims):
+        return math.prod(dims[d] / full_dims[d] for d in usable if d in dims)
+
+    def small_enough(dims):
+        x = ratio(dims)
+        if work_flops * x > budget["flops"] or work_bytes * x > budget["bytes"]:
+            return False
+        return not is_kernel or _tiles(facts_at[_key(dims)]) <= budget["tiles"]
+
+    facts_at = {_key(cur): facts_full}
+    while not small_enough(cur):
+        moved = False
+        for d in sorted(usable, key=lambda n: -cur[n]):
+            if d in rejected:
+                continue
+            for factor in _FACTORS:  # halve where possible; a dim like 28672 = 2^12 * 7 also loses its 7
+                if cur[d] % factor or cur[d] < factor:
+                    continue
+                trial = {**cur, d: cur[d] // factor}
+                try:
+                    facts, _ = _signature(fn, _structs_at(task, trial, base_size), chip)
+                except Exception as exc:  # noqa: BLE001  (the program refuses the shape: try another factor)
+                    why = f"{type(exc).__name__}: {str(exc)[:160]}"
+                    continue
+                if is_kernel and not _same_kernel(facts_at[_key(cur)], facts):
+                    why = "shrinking it changes a block shape or a reduction axis"
+                    continue
+                cur = trial
+                facts_at[_key(cur)] = facts
+                chain.append(dict(cur))
+                moved = True
+                break
+            else:
+                rejected[d] = why if cur[d] > 1 else "already 1"
+            if moved:
+                break
+        if not moved:
+            break
+
+    def work(dims):
+        x = ratio(dims)
+        return max(work_flops * x / budget["flops"], work_bytes * x / budget["bytes"])
+
+    # The smallest size first; larger ones join while they stay within the hard limit (the fit needs two).
+    points = [chain[-1]] + [p for p in chain[-3:-1][::-1] if work(p) <= _HARD_FACTOR]
+    return {"full_dims": full_dims, "shrunk_dims": [d for d in usable if cur[d] != full_dims[d]],
+            "points": [{"dims": p, "x": ratio(p), "tiles": _tiles(facts_at[_key(p)]) if is_kernel else None,
+                        "work": work(p)} for p in points],
+            "reached_budget": work(cur) <= _HARD_FACTOR, "rejected": rejected, "full_facts": facts_full}
+
+
+def _key(dims: dict) -> str:
+    return json.dumps(dims, sort_keys=True)
+
+
+def _tiles(facts: dict) -> int:
+    return sum(math.prod(g for g, p in zip(c["grid"], c["parallel"]) if p) for c in facts["pallas_calls"])
+
+
+def run(job: dict, scratch: Path) -> dict:
+    """job: {task, kernel (file in scratch, or None for the baseline), chip, size, tunables, budget, dims_order,
+    libtpu_flags (extra flags, e.g. a scoped-VMEM limit), allow_large}."""
+    dump = Path(scratch) / DUMP_DIR
+    dump.mkdir(exist_ok=True)
+    flags = [f"--xla_jf_dump_static_llo_profile_to={dump}", *job.get("libtpu_flags", [])]
+    os.environ["LIBTPU_INIT_ARGS"] = " ".join(flags)  # read once, when libtpu loads: before the first compile
+    import jax
+
+    from maxkernel import chips as chips_mod
+    from maxkernel.harness import compile_job
+    from maxkernel.harness.candidate_job import load_kernel
+    from maxkernel.harness.hints import hint_for
+    from maxkernel.tasks import load_task
+
+    chip = chips_mod.get(job["chip"])
+    task = load_task(job["task"])
+    size = job.get("size", "full")
+    progress = Path(scratch) / PROGRESS_FILE
+    is_kernel = bool(job.get("kernel"))
+    try:
+        if is_kernel:
+            fn = load_kernel(Path(scratch) / job["kernel"]).workload
+            if job.get("tunables"):
+                fn = functools.partial(fn, **job["tunables"])
+        else:
+            fn = task.module.workload
+    except Exception as exc:  # noqa: BLE001  (the candidate's import can raise anything)
+        return {"status": "error", "stage": "import", "error": compile_job.trim_error(exc)}
+
+    try:
+        steps = plan(task, fn, size, chip, is_kernel, job["budget"], job.get("dims_order") or [])
+    except Exception as exc:  # noqa: BLE001
+        full = str(exc)
+        return {"status": "error", "stage": "lower", "error": compile_job.trim_error(exc), "hint": hint_for(full, chip)}
+    with chips_mod.trace_context(chip):
+        closed = jax.jit(fn).trace(*_structs_at(task, None, size)).jaxpr
+    traffic = block_traffic(closed) if steps["full_facts"]["pallas_calls"] else {"bytes": None, "notes": []}
+    _line(progress, {"plan": {k: v for k, v in steps.items() if k != "full_facts"}, "facts": steps["full_facts"],
+                     "block_traffic": traffic})
+    if not steps["reached_budget"] and not job.get("allow_large"):
+        return {"status": "error", "stage": "plan",
+                "error": ("cannot shrink the program below the profiling budget: "
+                          + ("; ".join(f"{d}: {why}" for d, why in steps["rejected"].items()) or "no parallel dimension")),
+                "hint": "name the task's independent dimensions in its baseline.py PARALLEL_DIMS, or raise "
+                        "MAXKERNEL_ESTIMATE_MAX_GFLOP / allow a larger profile"}
+    device = compile_job._topology_device(chip)
+    if isinstance(device, str):
+        return {"status": "error", "stage": "compile", "error": device}
+    for point in steps["points"]:
+        _line(progress, {"starting": point["dims"]})
+        try:
+            structs = _structs_at(task, point["dims"], size)
+            got = _profiled_compile(fn, structs, chip, device, dump)
+        except Exception as exc:  # noqa: BLE001
+            full = str(exc)
+            return {"status": "error", "stage": "compile", "error": compile_job.trim_error(exc),
+                    "hint": hint_for(full, chip), "vmem_bytes": compile_job.vmem_from_error(full)}
+        _line(progress, {"point": {**point, **got}})
+    return {"status": "ok", "libtpu": _libtpu_version()}
+
+
+def _libtpu_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("libtpu")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _line(path: Path, record: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record, default=str) + "\n")
+        f.flush()
