@@ -35,6 +35,10 @@ METHOD = ("static LLO profile on a shrunk grid, extrapolated, floored by rooflin
 # XLA programs (baselines) are shrunk only along dimensions the task names independent (PARALLEL_DIMS in its
 # baseline.py); these names are taken as independent when it names none.
 DEFAULT_PARALLEL_DIMS = ("batch", "batch_size", "batch_tokens", "num_seqs")
+# A Pallas program is profiled down to this many parallel tiles (then twice and four times as many), unless its
+# work per tile is too small to show the steady state (see estimate_job.plan).
+KERNEL_TILES = 1
+KERNEL_MIN_SHARE = 1 / 64  # ... of the profiling budget: the least work a kernel's smallest profiled size does
 # A libtpu abort (the whole process dies) whose known cause this flag avoids; the estimate then describes a
 # slightly different program (VMEM memory-space assignment off) and says so.
 _RETRY_FLAG = "--xla_vf_vmem_memory_space_assignment=false"
@@ -230,7 +234,8 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
     job = {"kind": "estimate", "task": spec, "kernel": "kernel.py" if kernel else None, "chip": chip.name,
            "size": size, "tunables": tunables or {}, "dims_order": dims_order, "libtpu_flags": flags,
            "budget": {"flops": settings.estimate_max_gflop * 1e9, "bytes": settings.estimate_max_mb * 2**20,
-                      "tiles": 1, "full_bytes": full_bytes}}
+                      "tiles": KERNEL_TILES, "min_share": KERNEL_MIN_SHARE,
+                      "full_bytes": full_bytes}}
     files = dict(task_files)
     if kernel:
         files["kernel.py"] = Path(kernel).read_bytes()
@@ -312,7 +317,7 @@ def _io_bytes(task, size: str) -> int:
 def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) -> ProgramEstimate:
     head = next(ln for ln in lines if "plan" in ln)
     plan, facts, traffic = head["plan"], head["facts"], head["block_traffic"]
-    points = [ln["point"] for ln in lines if "point" in ln]
+    points = sorted((ln["point"] for ln in lines if "point" in ln), key=lambda p: p["x"])[-3:]  # the largest three
     if not points:
         raise ValueError("no profiled point")
     clock, bw = chip.clock, chip.device_hbm_bytes_per_s
@@ -331,6 +336,9 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
     ys = [r["cycles"] + r["zero_cycle_fill_cycles"] for r in rows]
     raw_ys = [r["cycles"] for r in rows]
     a, b, residual = _line_fit(xs, ys)
+    if residual is not None and residual > 0.03:
+        limits.append(f"cycles are not linear in the work over the profiled sizes (largest residual {residual:.0%}): "
+                      "the extrapolation is rougher than usual")
     if max(xs) >= 1.0 - 1e-12:
         full_cycles = ys[xs.index(max(xs))]
         raw_full = raw_ys[xs.index(max(xs))]

@@ -6,7 +6,7 @@ import click
 
 from maxkernel.cli._common import Target, check_chip, emit, progress, target_options
 
-__all__ = ["COMMANDS", "evaluate", "compile_cmd", "test", "profile", "autotune"]
+__all__ = ["COMMANDS", "evaluate", "compile_cmd", "estimate", "test", "profile", "autotune"]
 
 
 def _spec(target: Target) -> str:
@@ -66,6 +66,29 @@ def compile_cmd(target: Target, as_json: bool) -> None:
 
 
 @click.command()
+@target_options(size="full", chip="v5e", chip_help="TPU chip: v4, v5e, v5p, v6e or 7x")
+def estimate(target: Target, as_json: bool) -> None:
+    """Estimated TPU time of a kernel and of the task's baseline, on a CPU (libtpu's static profile)."""
+    from maxkernel import chips
+    from maxkernel.cli._common import UsageError
+    from maxkernel.tools.estimate_tpu import estimate_tpu_time
+
+    if not chips.get(target.chip).is_tpu:
+        raise UsageError(f"--chip {target.chip}: TPU estimates need a TPU chip (v4, v5e, v5p, v6e, 7x)")
+    progress(f"estimating {target.kernel} and the {target.task.name} baseline on {target.chip} ({target.size} size): "
+             "profiled compiles on shrunk shapes in sandboxes")
+    r = estimate_tpu_time(_spec(target), str(target.kernel), target.chip, target.size)
+    lines = [r.summary]
+    if r.ok:
+        lines.append(f"floors: compute {r.floors['compute_ms']:.3g} ms, memory {r.floors['memory_ms']:.3g} ms; "
+                     f"static profile {r.static_cycles_ms:.3g} ms ({r.fit.get('how')})")
+        lines += [f"limit: {x}" for x in r.limits]
+    emit(as_json, r.model_dump(exclude={"kernel", "baseline"}) | {"programs": {
+        "kernel": r.kernel.model_dump() if r.kernel else None,
+        "baseline": r.baseline.model_dump() if r.baseline else None}}, "\n".join(lines))
+
+
+@click.command()
 @target_options()
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1))
 @click.option("--timeout", default=None, type=click.FloatRange(min=0, min_open=True), help="seconds")
@@ -116,4 +139,4 @@ def autotune(target: Target, max_configs: int, time_budget: float, as_json: bool
     emit(as_json, r.model_dump(), "\n".join(lines))
 
 
-COMMANDS = (evaluate, compile_cmd, test, profile, autotune)
+COMMANDS = (evaluate, compile_cmd, estimate, test, profile, autotune)

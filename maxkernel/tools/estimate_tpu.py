@@ -1,0 +1,35 @@
+"""estimate_tpu_time: how long a kernel would take on a TPU, estimated on a CPU from libtpu's static profile."""
+
+from __future__ import annotations
+
+from maxkernel.estimate import Estimate, estimate
+
+__all__ = ["estimate_tpu_time"]
+
+
+def estimate_tpu_time(task: str, kernel: str, chip: str = "v5e", size: str = "full",
+                      tunables: dict | None = None) -> Estimate:
+    """Estimates a Pallas kernel's run time on a TPU chip, and the task's XLA baseline's, without that chip.
+
+    libtpu compiles the kernel deviceless at a few shrunk sizes (parallel dimensions cut, block sizes kept) and
+    reports estimated cycles; these are fitted, extrapolated to the full size and floored by the roofline (the
+    task's FLOPs at peak, the HBM bytes its BlockSpecs fetch at full bandwidth). The result is an ESTIMATE, not a
+    measurement: use it to rank candidates and to see what limits a kernel (bound, fraction_of_roofline). A kernel
+    that does not compile for the chip gets the compiler's error and hint instead of an estimate.
+
+    Args:
+        task: Suite task name (e.g. "8p_GEMM") or a task folder path.
+        kernel: Path of the kernel file defining workload(*inputs).
+        chip: v4, v5e (default), v5p, v6e or 7x.
+        size: "full" (default: the benchmark's shapes) or "smoke".
+        tunables: Keyword arguments for workload(), e.g. {"block_m": 512}.
+
+    Returns:
+        estimated_ms, baseline_estimated_ms, speedup_estimate, bound (compute | memory | overhead), floors
+        {compute_ms, memory_ms}, fraction_of_roofline, the fit used, limits, and a one-line summary.
+    """
+    if tunables is not None and not isinstance(tunables, dict):  # a sloppy tool call: say what is accepted
+        return Estimate(ok=False, chip=str(chip), size=str(size), stage="input",
+                        error=f"tunables must be a mapping of keyword -> value, not {type(tunables).__name__}",
+                        summary="Not estimated: tunables must be a mapping of keyword -> value")
+    return estimate(str(task), str(kernel), str(chip), str(size), tunables)

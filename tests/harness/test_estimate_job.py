@@ -1,0 +1,108 @@
+"""The estimate job's pieces that need no libtpu: profile parsing, 0-cycle fills, BlockSpec traffic, the shrink plan."""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from maxkernel import chips
+from maxkernel.harness import estimate_job as ej
+from maxkernel.harness.candidate_job import load_kernel
+from maxkernel.tasks import load_task
+
+pytestmark = pytest.mark.unit
+
+SUITE = Path(__file__).parents[2] / "jaxbench"
+V5E = chips.get("v5e")
+BUDGET = {"flops": 20e9, "bytes": 512 * 2**20, "tiles": 1, "min_share": 1 / 64, "full_bytes": 2 * (8192 * 8192 + 2 * 8192 * 28672)}
+
+
+def test_parse_profile_sums_each_op():
+    text = ('hlo_op_estimate {\n  hlo_op_name: "workload.1"\n  estimated_cycles: 76264\n  num_equivalent_hlos: 1\n}\n'
+            'hlo_op_estimate {\n  hlo_op_name: "copy.2"\n  estimated_cycles: 0\n}\n')
+    assert ej.parse_profile(text) == {"workload.1": 76264, "copy.2": 0}
+    assert ej.parse_profile("nothing here") == {}
+
+
+def test_zero_cycle_bytes_counts_result_and_operands():
+    hlo = ("  %copy.2 = bf16[4,128]{1,0:T(8,128)} copy(bf16[4,128]{0,1} %p0), metadata={op_name=\"x\" f32[9]}\n"
+           "  ROOT %fusion.3 = f32[2,8]{1,0} fusion(f32[2,8]{1,0} %a, s32[] %b), kind=kLoop\n")
+    got = ej.zero_cycle_bytes(hlo, ["copy.2", "fusion.3", "absent"])
+    assert got == {"copy.2": 2 * 4 * 128 * 2, "fusion.3": 2 * 2 * 8 * 4 + 4}  # metadata shapes are not counted
+
+
+def test_linear_accepts_a_line_and_refuses_a_bend():
+    line = [{"x": x, "ops": {"k": 100 + 50 * x}} for x in (1, 2, 4)]
+    bend = [{"x": 1, "ops": {"k": 14681}}, {"x": 2, "ops": {"k": 18305}}, {"x": 4, "ops": {"k": 28407}}]  # measured
+    assert ej.linear(line)
+    assert not ej.linear(bend)
+    assert not ej.linear(line[:2])
+
+
+def _gemm(**tunables):
+    import functools
+
+    fn = load_kernel(SUITE / "8p_GEMM" / "kernel.py").workload
+    return functools.partial(fn, **tunables) if tunables else fn
+
+
+@pytest.mark.parametrize("bm, bn, bk", [(512, 1024, 1024), (256, 256, 256), (128, 128, 128)])
+def test_block_traffic_matches_the_tiled_gemm_formula(bm, bn, bk):
+    import jax
+
+    task = load_task("8p_GEMM")
+    structs = ej._structs_at(task, None, "full")
+    with chips.trace_context(V5E):
+        closed = jax.jit(_gemm(block_m=bm, block_n=bn, block_k=bk)).trace(*structs).jaxpr
+    m, k, n = 8192, 8192, 28672
+    # a is re-read for every column of output blocks, b for every row; the output block is written once
+    want = 2 * (m * k * (n // bn) + k * n * (m // bm)) + 2 * m * n
+    assert ej.block_traffic(closed) == {"bytes": want, "notes": []}
+
+
+def test_plan_shrinks_parallel_dims_and_keeps_the_reduction_whole():
+    task = load_task("8p_GEMM")
+    p = ej.plan(task, _gemm(), "full", V5E, True, BUDGET, ["M", "K", "N"])
+    assert p["reached_budget"]
+    assert set(p["shrunk_dims"]) == {"M", "N"}
+    assert "K" in p["rejected"]  # halving K removes reduction steps: refused
+    assert all(pt["dims"]["K"] == 8192 for pt in p["points"])
+    tiles = [pt["tiles"] for pt in p["points"]]
+    assert tiles[:3] == [1, 2, 4]
+    # x is the share of the full size's parallel work, and tiles follow it exactly
+    full_tiles = (8192 // 512) * (28672 // 1024)
+    assert all(math.isclose(pt["x"] * full_tiles, pt["tiles"]) for pt in p["points"])
+
+
+def test_plan_for_a_baseline_uses_only_the_named_dims():
+    task = load_task("8p_GEMM")
+    p = ej.plan(task, task.module.workload, "full", V5E, False, BUDGET, ["M", "N"])
+    assert p["reached_budget"] and set(p["shrunk_dims"]) <= {"M", "N"}
+    assert all(pt["work"] <= 1.0 for pt in p["points"][:1])
+    nothing = ej.plan(task, task.module.workload, "full", V5E, False, BUDGET, [])
+    assert not nothing["reached_budget"] and nothing["points"][0]["x"] == 1.0
+
+
+def test_pallas_facts_flags_scalar_prefetch_as_data_dependent():
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def body(idx_ref, x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+
+    def fn(idx, x):
+        spec = pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=1, grid=(4,),
+            in_specs=[pl.BlockSpec((8, 128), lambda i, idx: (idx[i], 0))],
+            out_specs=pl.BlockSpec((8, 128), lambda i, idx: (i, 0)))
+        return pl.pallas_call(body, grid_spec=spec, out_shape=jax.ShapeDtypeStruct((32, 128), jnp.float32))(idx, x)
+
+    args = (jax.ShapeDtypeStruct((4,), jnp.int32), jax.ShapeDtypeStruct((32, 128), jnp.float32))
+    with chips.trace_context(V5E):
+        closed = jax.jit(fn).trace(*args).jaxpr
+    facts = ej.pallas_facts(closed)
+    assert facts["data_dependent"] == ["scalar_prefetch"]
+    assert facts["pallas_calls"][0]["scalar_prefetch"] == 1
+    assert ej.block_traffic(closed)["bytes"] is None  # the index map reads data: not enumerated
