@@ -61,7 +61,7 @@ def _print(row: dict) -> None:
 
 
 def gemm(rows: list) -> None:
-    from maxkernel.estimate import estimate
+    from maxkernel.harness.estimate import estimate
 
     kernel = str(ROOT / "jaxbench/8p_GEMM/kernel.py")
     for chip, table in (("v5e", GEMM_V5E), ("v6e", GEMM_V6E)):
@@ -81,7 +81,7 @@ def gemm(rows: list) -> None:
 
 
 def rmsnorm(rows: list) -> None:
-    from maxkernel.estimate import estimate
+    from maxkernel.harness.estimate import estimate
 
     kernel = str(ROOT / "jaxbench/12p_RMSNorm/kernel.py")
     for block, ref in RMSNORM_V5E_STATIC.items():
@@ -94,7 +94,7 @@ def rmsnorm(rows: list) -> None:
 
 
 def kernels(rows: list) -> None:
-    from maxkernel.estimate import estimate
+    from maxkernel.harness.estimate import estimate
 
     for task in SHIPPED_KERNELS:
         t0 = time.monotonic()
@@ -104,7 +104,7 @@ def kernels(rows: list) -> None:
 
 
 def baselines(rows: list) -> None:
-    from maxkernel.estimate import estimate
+    from maxkernel.harness.estimate import estimate
 
     for task in BEYOND_GEMM:
         t0 = time.monotonic()

@@ -174,7 +174,7 @@ def _record(task: str, mode: str, model: str | None, size: str, out: Path, progr
         if not correct:
             # Only a kernel the agent answered with counts; a last attempt keeps its category, not its speed.
             rec.update(failure=j.failure or "incorrect", speedup=None, speedup_low=None, speedup_high=None,
-                       speedup_vs_reference=None, roofline_fraction=None)
+                       speedup_vs_reference=None, roofline_fraction=None, rank_speedup=None, estimated_speedup=None)
             if j.correct:  # passed the harness, yet the loop's own gates (strict tests) turned it down
                 rec["status"] = "unanswered"
                 rec["reason"] = f"not answered by the agent ({pick.get('note', '')[:300]}); {j.reason}"
@@ -212,7 +212,8 @@ def run_bench_agent(tasks: list[str], mode: str = "auto", model: str | None = No
         rec = _record(task, mode, model, size, out, say)
         _write_json(out / "records" / f"{task}.json", rec)
         verdict = "CORRECT" if rec["correct"] else f"failed ({rec['failure']})"
-        speed = f", {rec['speedup']:.3g}x vs XLA" if rec.get("speedup") else ""
+        rank = rec.get("rank_speedup") or rec.get("speedup")
+        speed = f", {rank:.3g}x vs XLA ({rec.get('rank_label') or 'measured'})" if rank else ""
         say(f"done: {verdict}{speed} in {rec['wall_s']:.0f} s")
         return rec
 

@@ -143,6 +143,10 @@ def _blocks(records: list[dict], summary: dict, meta: dict, plots: list[tuple[Pa
                    f"{'; roofline chip ' + ', '.join(chips) if chips else ''}. Verdicts are the trusted harness's on "
                    f"held-out seeds the agent never saw ({records[0].get('seeds') or 'see records'})."))
 
+    if summary.get("speedup_source"):
+        b.append(("p", f"Speedups, fast_p and geomeans below are ranked by: {summary['speedup_source']}."
+                       + (" Estimated TPU speedups come from libtpu's static profile on shrunk shapes, floored by the "
+                          "roofline: estimates, not measurements." if "estimated" in summary["speedup_source"] else "")))
     b.append(("h2", "fast_p: correct and faster than XLA by more than p"))
     b.append(("table", ["tier", "tasks", "correct", *[fast_key(p) for p in FAST_P]],
               [[t, str(g["tasks"]), str(g["correct"]), *[_share(g, p) for p in FAST_P]] for t, g in groups]))
@@ -179,9 +183,11 @@ def _blocks(records: list[dict], summary: dict, meta: dict, plots: list[tuple[Pa
         b.append(("img", path.name, alt))
 
     b.append(("h2", "Tasks"))
-    b.append(("table", ["task", "tier", "result", "speedup [spread]", "vs reference", "roofline", "iterations",
-                        "LLM calls", "tokens", "cost", "wall (s)"],
-              [[r["task"], r.get("tier", ""), _result(r), _speed(r), _x(r.get("speedup_vs_reference")),
+    b.append(("table", ["task", "tier", "result", "speedup [spread]", "est. TPU speedup", "vs reference", "roofline",
+                        "iterations", "LLM calls", "tokens", "cost", "wall (s)"],
+              [[r["task"], r.get("tier", ""), _result(r), _speed(r),
+                _x(r.get("estimated_speedup")) + (f" ({r['estimate_chip']}, estimated)" if r.get("estimated_speedup")
+                                                  else ""), _x(r.get("speedup_vs_reference")),
                 _num(r.get("roofline_fraction")), _num(r.get("iterations")), _num(r.get("llm_calls")),
                 _num(r.get("tokens")), _usd(r.get("cost_usd")), _num(r.get("wall_s"))] for r in records]))
     reasons = [(r["task"], r.get("reason", "")) for r in records if not r.get("correct")]

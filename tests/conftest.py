@@ -9,6 +9,9 @@ from pathlib import Path
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # several test processes may compile at once
+# A TPU estimate costs several profiled compiles per correct verdict: off for the suite, on in the tests of it
+# (tests/test_estimate.py, and those that pass estimate=True or set MAXKERNEL_ESTIMATE themselves).
+os.environ.setdefault("MAXKERNEL_ESTIMATE", "false")
 # References computed by the tests go to a cache of their own, never the user's; one made here goes at the end.
 _OWN_CACHE = None if os.environ.get("MAXKERNEL_TEST_CACHE_DIR") else tempfile.mkdtemp(prefix="mk-test-cache-")
 os.environ["MAXKERNEL_CACHE_DIR"] = os.environ.get("MAXKERNEL_TEST_CACHE_DIR") or _OWN_CACHE

@@ -9,7 +9,7 @@ import pytest
 from _extras import need_module
 
 from maxkernel import chips
-from maxkernel.estimate import estimate, estimate_program
+from maxkernel.harness.estimate import estimate, estimate_program
 from maxkernel.tasks import load_task
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

@@ -49,6 +49,8 @@ def evaluate(target: Target, seeds: int, replay_seeds: str | None, timeout: floa
     if v.integrity:
         lines.append(f"{v.integrity.get('pallas_share', 0):.0%} of FLOPs inside Pallas "
                      f"({v.integrity.get('pallas_calls', 0)} pallas_call)")
+    if v.estimate:
+        lines.append(v.estimate.get("summary") or "")
     if v.flags:
         lines.append("flags: " + ", ".join(v.flags))
     emit(as_json, v.model_dump(), "\n".join(lines))

@@ -40,6 +40,12 @@ class Judgement:
     reference_speedup: float | None = None  # the shipped reference kernel's speedup on the same seeds
     speedup_vs_reference: float | None = None
     roofline_fraction: float | None = None  # the chip's roofline bound / the kernel's median time
+    # What results are ranked and summarised by (verdict.rank_speedup): off a TPU the estimated TPU speedup where
+    # the verdict carries an estimate, else the measured speedup; the label says which.
+    rank_speedup: float | None = None
+    rank_label: str = ""
+    estimated_speedup: float | None = None  # the TPU estimate's, for the settings' chip (estimated, not measured)
+    estimate_chip: str | None = None
     verdict: dict | None = None
 
     @property
@@ -187,5 +193,11 @@ def judge_kernel(task: str, kernel: str | Path | None, size: str = "smoke", *, v
     # Both speedups are against the XLA baseline timed the same way (in the judge's process), so their ratio
     # cancels that baseline.
     vs_ref = speedup / ref if speedup and ref else None
+    from maxkernel.harness.verdict import rank_speedup
+
+    rank, label = rank_speedup(v)
+    est = v.get("estimate") or {}
     return Judgement(**common, chip=chip, speedup=speedup, speedup_low=low, speedup_high=high,
-                     reference_speedup=ref, speedup_vs_reference=vs_ref, roofline_fraction=roofline)
+                     reference_speedup=ref, speedup_vs_reference=vs_ref, roofline_fraction=roofline,
+                     rank_speedup=rank, rank_label=label, estimated_speedup=est.get("speedup_estimate"),
+                     estimate_chip=est.get("chip"))

@@ -93,8 +93,27 @@ class Evaluator:
     # -- the verdict ------------------------------------------------------------------------------------------
     def evaluate(self, task: str | Task, kernel: str | Path, *, size: str = "smoke", seeds: list[int] | None = None,
                  timeout: float | None = None, reps: int | None = None, tunables: dict | None = None,
-                 detect_races: bool = True, exact_seeds: bool = False) -> Verdict:
-        """Judge `kernel` on fresh seeds (as many as `seeds` names; `exact_seeds=True` replays those exact ones)."""
+                 detect_races: bool = True, exact_seeds: bool = False, estimate: bool | None = None) -> Verdict:
+        """Judge `kernel` on fresh seeds (as many as `seeds` names; `exact_seeds=True` replays those exact ones).
+
+        Off a TPU, a correct kernel's verdict also carries the TPU estimate for the settings' chip at full size
+        (`estimate=None` follows MAXKERNEL_ESTIMATE): the measured CPU speedup and the estimate, each labelled.
+        """
+        verdict = self._judge(task, kernel, size=size, seeds=seeds, timeout=timeout, reps=reps, tunables=tunables,
+                              detect_races=detect_races, exact_seeds=exact_seeds)
+        wanted = self.settings.estimate if estimate is None else estimate
+        if not (wanted and verdict.status == "correct" and verdict.backend == "cpu"):
+            return verdict
+        from maxkernel.harness.estimate import estimate as tpu_estimate
+
+        task_obj = task if isinstance(task, Task) else load_task(task)
+        est = tpu_estimate(str(task_obj.path if task_obj.source != "jaxbench" else task_obj.name), str(kernel),
+                           self.settings.chip, "full" if "full" in task_obj.sizes else size, tunables)
+        return verdict.model_copy(update={"estimate": est.model_dump(exclude={"kernel", "baseline"})})
+
+    def _judge(self, task: str | Task, kernel: str | Path, *, size: str, seeds: list[int] | None,
+               timeout: float | None, reps: int | None, tunables: dict | None, detect_races: bool,
+               exact_seeds: bool) -> Verdict:
         t_start = time.monotonic()
         task = task if isinstance(task, Task) else load_task(task)
         kernel = Path(kernel)

@@ -7,7 +7,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Correctness", "SeedCheck", "TimedCheck", "Timing", "Verdict", "Status"]
+__all__ = ["Correctness", "SeedCheck", "TimedCheck", "Timing", "Verdict", "Status", "rank_speedup"]
 
 # unverifiable_on_cpu: jax's TPU interpreter cannot run a kernel that compiles for the chip; it needs hardware.
 Status = Literal["correct", "incorrect", "error", "timeout", "rejected", "unverifiable_on_cpu"]
@@ -84,7 +84,29 @@ class Verdict(_Frozen):
     overhead_s: float | None = None  # harness time beyond the candidate's own compile and runs
     stage: str = ""  # where an error happened: import, trace, compile, run, sandbox
     detail: str = ""  # traceback tail or sandbox log for errors
+    # Off a TPU: the TPU estimate for the target chip (harness.estimate.Estimate, without its per-program parts),
+    # labelled as an estimate; what the loop, search and autotuner rank by there.
+    estimate: dict | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "correct"
+
+    @property
+    def rank(self) -> tuple[float | None, str]:
+        """(speedup to rank by, what it is): see rank_speedup."""
+        return rank_speedup(self.model_dump(include={"speedup", "backend", "estimate", "timing_label"}))
+
+
+def rank_speedup(verdict: dict) -> tuple[float | None, str]:
+    """The speedup candidates are ranked by, and its label. On a TPU (or GPU) the measured speedup; off one, the
+    estimated TPU speedup where the verdict carries an estimate (interpreter time says nothing about a TPU), else
+    the measured CPU speedup, labelled as such."""
+    backend = verdict.get("backend") or ""
+    est = verdict.get("estimate") or {}
+    if backend == "cpu" and est.get("ok") and est.get("speedup_estimate"):
+        return float(est["speedup_estimate"]), f"estimated TPU speedup on {est.get('chip')} (libtpu static profile)"
+    speedup = verdict.get("speedup")
+    if backend == "cpu":
+        return speedup, "CPU interpreter speedup (no TPU estimate): ranks nothing on a TPU"
+    return speedup, f"measured on {backend}" if backend else "measured"

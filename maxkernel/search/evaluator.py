@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from maxkernel.harness.verdict import rank_speedup
 from maxkernel.search.config import SearchConfig
 
 __all__ = ["Cascade", "Check", "NodeVerdict", "run_stage", "source_sha", "STAGES", "DEVICE_STAGES", "SPENT"]
@@ -48,7 +49,7 @@ def run_stage(stage: str, spec: dict, source: str) -> dict:
             out = compile_pallas(spec["task"], str(kernel), spec["chip"], spec["compile_size"]).model_dump()
         elif stage == "interpret":
             v = shared_evaluator().evaluate(spec["task"], kernel, size=spec["size"], seeds=spec["seeds"], reps=0,
-                                            detect_races=True, timeout=spec["timeout"])
+                                            detect_races=True, timeout=spec["timeout"], estimate=False)
             out = report_from_verdict(v).model_dump()
         elif stage in ("timing", "heldout"):
             seeds = spec["seeds"] if stage == "timing" else spec["heldout_seeds"]
@@ -164,11 +165,13 @@ class Cascade:
         timed, t_time = self.stage("timing", source, scope)
         timings = {**check.timings, "timing_s": round(t_time, 3)}
         results = {**check.results, "timing": timed}
-        speedup = timed.get("speedup")
+        # The node's fitness: the estimated TPU speedup off a TPU, measured speedup on one (rank_speedup).
+        speedup, label = rank_speedup(timed)
         summary = f"harness verdict {timed['status'].upper()}: {timed.get('reason', '')[:300]}"
         if speedup is not None:
-            cpu = "cpu_timing" in (timed.get("flags") or [])
-            summary += f"; {speedup:.3g}x vs baseline ({'CPU interpreter time' if cpu else timed.get('backend', '')})"
+            summary += f"; {speedup:.3g}x vs baseline ({label})"
+        if (timed.get("estimate") or {}).get("ok") and timed.get("speedup") is not None:
+            summary += f"; measured under the CPU interpreter: {timed['speedup']:.3g}x"
         return NodeVerdict(timed["status"], "timing", speedup if timed["status"] == "correct" else None, summary,
                            results, timings)
 

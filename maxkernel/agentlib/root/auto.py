@@ -81,12 +81,15 @@ class AutoOrchestrator(BaseAgent):
                     ok, note = item
             if ok:
                 verdict = await asyncio.to_thread(self._evaluate, state)
+            rank, rank_label = verdict.rank if verdict else (None, "")
             entry = {"iteration": it, "ok": ok, "note": note[:300],
-                     "status": verdict.status if verdict else "not run", "speedup": verdict.speedup if verdict else None}
+                     "status": verdict.status if verdict else "not run", "speedup": verdict.speedup if verdict else None,
+                     "rank_speedup": rank, "rank_label": rank_label}
             improved = False
             if verdict is not None and verdict.status == "correct":
                 best = loop.get("best")
-                if best is None or (verdict.speedup or 0) > (best.get("speedup") or 0):
+                # Keep-best by the rank speedup: the estimated TPU speedup off a TPU, measured time on one.
+                if best is None or (rank or 0) > (best.get("rank_speedup", best.get("speedup")) or 0):
                     improved = True
                     loop["best"] = await self._keep_best(ctx, state, it, verdict)
             loop["no_gain"] = 0 if improved else loop["no_gain"] + 1
@@ -161,8 +164,9 @@ class AutoOrchestrator(BaseAgent):
         shutil.copyfile(ws / "kernel.py", ws / "best_kernel.py")
         source = (ws / "best_kernel.py").read_text()
         version = await save_text_artifact(ctx, "best_kernel.py", source)
+        rank, rank_label = verdict.rank
         return {"iteration": it, "path": str(ws / "best_kernel.py"), "speedup": verdict.speedup,
-                "status": verdict.status, "artifact_version": version}
+                "rank_speedup": rank, "rank_label": rank_label, "status": verdict.status, "artifact_version": version}
 
     # -- stopping and the answer --------------------------------------------------------------------------
     @staticmethod
@@ -172,7 +176,7 @@ class AutoOrchestrator(BaseAgent):
         elapsed = loop.get("elapsed_s", 0.0) + (time.monotonic() - started)
         if loop["iteration"] >= s.max_iterations:
             return f"iteration budget ({s.max_iterations}) used"
-        if s.target_speedup and (best.get("speedup") or 0) >= s.target_speedup:
+        if s.target_speedup and (best.get("rank_speedup", best.get("speedup")) or 0) >= s.target_speedup:
             return f"target speedup {s.target_speedup}x reached"
         if best and loop["no_gain"] >= s.patience:
             return f"{s.patience} iterations without a faster kernel"
@@ -213,10 +217,19 @@ class AutoOrchestrator(BaseAgent):
         s = f"harness verdict {verdict.status.upper()}: {verdict.reason[:300]}"
         if verdict.speedup is not None:
             s += f"; {verdict.speedup:.3g}x vs baseline ({'CPU interpreter time' if 'cpu_timing' in verdict.flags else verdict.backend})"
+        est = verdict.estimate or {}
+        if est.get("ok"):
+            s += (f"; TPU estimate on {est['chip']}: {est['speedup_estimate']:.3g}x, {est['bound']}-bound at "
+                  f"{(est.get('fraction_of_roofline') or 0):.0%} of roofline (estimated, not measured)")
+        elif est:
+            s += f"; no TPU estimate ({(est.get('error') or '')[:120]})"
         return s
 
     @staticmethod
     def _best_summary(best) -> str:
         if not best:
             return "none yet"
-        return f"iteration {best['iteration']}: {best['speedup']:.3g}x (harness: correct)"
+        rank = best.get("rank_speedup", best.get("speedup"))
+        label = best.get("rank_label") or "measured"
+        return f"iteration {best['iteration']}: {rank:.3g}x, {label} (harness: correct)" if rank is not None else \
+            f"iteration {best['iteration']} (harness: correct)"
