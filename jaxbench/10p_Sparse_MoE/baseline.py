@@ -19,6 +19,9 @@ CONFIG = {
 }
 SIZES = {"smoke": {"batch": 2, "seq_len": 32, "emb_dim": 128, "mlp_dim": 256}}
 
+# Independent dimensions (tokens are routed and computed independently): the TPU estimator may shrink these and extrapolate.
+PARALLEL_DIMS = ("batch", "seq_len")
+
 
 def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
     """Returns (x[batch, seq_len, emb_dim], router[emb_dim, num_experts], w1[num_experts, emb_dim, mlp_dim],

@@ -29,6 +29,9 @@ def _group_sizes(key, rows, groups):
     picks = jax.random.categorical(k_pick, popularity, shape=(rows,))
     return jnp.bincount(picks, length=groups).astype(jnp.int32)
 
+# Independent dimensions (tokens are routed and computed independently): the TPU estimator may shrink these and extrapolate.
+PARALLEL_DIMS = ("seq_len",)
+
 
 def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
     """Returns (lhs[m, emb_dim], rhs[num_experts, emb_dim, moe_mlp_dim], group_sizes[num_experts] int32), where

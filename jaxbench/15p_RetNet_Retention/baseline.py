@@ -18,6 +18,9 @@ CONFIG = {
 }
 SIZES = {"smoke": {"batch": 2, "seq_len": 128, "num_heads": 4, "head_dim": 128, "d_model": 512}}
 
+# Independent dimensions (sequences and heads are independent): the TPU estimator may shrink these and extrapolate.
+PARALLEL_DIMS = ("batch", "num_heads")
+
 
 def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
     """Returns (q, k, v), each [batch, num_heads, seq_len, head_dim]."""

@@ -19,6 +19,9 @@ CONFIG = {
 }
 SIZES = {"smoke": {"batch": 2, "seq_len": 128, "num_heads": 8, "head_dim": 64, "d_state": 64, "d_model": 256}}
 
+# Independent dimensions (sequences and heads scan independently): the TPU estimator may shrink these and extrapolate.
+PARALLEL_DIMS = ("batch", "num_heads")
+
 
 def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
     """Returns (x[batch, seq_len, num_heads, head_dim], dt[batch, seq_len, num_heads] before softplus,

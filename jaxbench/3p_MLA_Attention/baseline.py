@@ -29,6 +29,9 @@ SIZES = {"smoke": {"batch": 1, "seq_len": 128, "emb_dim": 256, "num_heads": 4, "
 # The up-projected q is drawn wider so the logits spread over several units and softmax rows are peaked.
 Q_SCALE = 2.0
 
+# Independent dimensions (sequences and heads attend independently): the TPU estimator may shrink these and extrapolate.
+PARALLEL_DIMS = ("batch", "num_heads")
+
 
 def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
     """Returns (x, w_dq, q_norm, w_uq, w_dkv, kv_norm, w_ukv, w_o), weights laid out input-axis first (MaxText).

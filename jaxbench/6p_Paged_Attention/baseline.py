@@ -31,6 +31,9 @@ def sequence_lengths(key, num_seqs, max_seq_len):
     """Ragged cached lengths in [1, max_seq_len], one per sequence."""
     return jax.random.randint(key, (num_seqs,), 1, max_seq_len + 1, dtype=jnp.int32)
 
+# Independent dimensions (each sequence reads its own pages): the TPU estimator may shrink these and extrapolate.
+PARALLEL_DIMS = ("num_seqs",)
+
 
 def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
     """Returns (q, k_pages, v_pages, lengths, page_indices).

@@ -16,6 +16,9 @@ CONFIG = {
 }
 SIZES = {"smoke": {"batch": 2, "seq_len": 64, "emb_dim": 128, "mlp_dim": 384}}
 
+# Independent dimensions (tokens pass through the MLP independently): the TPU estimator may shrink these and extrapolate.
+PARALLEL_DIMS = ("batch", "seq_len")
+
 
 def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
     """Returns (x[batch, seq_len, emb_dim], w_gate[emb_dim, mlp_dim], w_up[emb_dim, mlp_dim], w_down[mlp_dim, emb_dim])."""

@@ -136,8 +136,12 @@ def autotune(target: Target, max_configs: int, time_budget: float, as_json: bool
              "this runs many sandboxed jobs")
     r = run_autotune(_spec(target), str(target.kernel), chip=target.chip, size=target.size, max_configs=max_configs,
                      time_budget_s=time_budget)
-    lines = [r.summary] + [f"  {t.outcome:<9} {t.config}  {'' if t.median_ms is None else f'{t.median_ms:.3f} ms'}"
-                           for t in r.tried]
+    def figure(t) -> str:
+        if t.estimated_ms is not None:
+            return f"{t.estimated_ms:.3f} ms estimated ({t.bound}-bound)"
+        return "" if t.median_ms is None else f"{t.median_ms:.3f} ms"
+
+    lines = [r.summary] + [f"  {t.outcome:<9} {t.config}  {figure(t)}" for t in r.tried]
     emit(as_json, r.model_dump(), "\n".join(lines))
 
 

@@ -22,9 +22,12 @@ MAX_SPACE = 256  # configurations compiled at most; pruning by compile is cheap,
 
 class Trial(BaseModel):
     config: dict
-    outcome: str = Field(description="best, timed, pruned (compile failed), failed (error/timeout), incorrect, rejected")
+    outcome: str = Field(description="best, timed, estimated, pruned (compile failed), failed (error/timeout), "
+                                     "incorrect, rejected")
     median_ms: float | None = None
     iqr_ms: float | None = None
+    estimated_ms: float | None = Field(None, description="Off a TPU: the estimated TPU time at full size.")
+    bound: str | None = None
     reason: str = ""
     cached: bool = False
 
@@ -126,12 +129,16 @@ def autotune(task: str, kernel: str, chip: str = "v5e", size: str = "smoke", max
     configs = _order(space, defaults)[:MAX_SPACE]
     settings = get_settings()
     seeds = list(range(settings.eval_seeds))
-    key = hashlib.sha256(f"{source}|{task}|{size}|{chip}|{seeds}".encode()).hexdigest()[:24]
+    by_estimate = settings.estimate and not _on_accelerator()
+    key = hashlib.sha256(f"{source}|{task}|{size}|{chip}|{seeds}|{'estimate' if by_estimate else 'time'}"
+                         .encode()).hexdigest()[:24]
     cache = _Cache(key)
     deadline = time.monotonic() + time_budget_s
 
     todo = [c for c in configs if cache.get(c) is None]
     compiled = {json.dumps(r.config, sort_keys=True): r for r in compile_many(task, kernel, [chip], todo)} if todo else {}
+    if by_estimate:
+        return _by_estimate(task, kernel, chip, size, configs, compiled, cache, seeds, max_configs, deadline)
     trials, label, runs = [], "", 0
     ev = shared_evaluator()
     for cfg in configs:
@@ -183,4 +190,84 @@ def autotune(task: str, kernel: str, chip: str = "v5e", size: str = "smoke", max
                             "speedup_vs_default": speedup},
                       default={"config": default_cfg, "median_ms": default_row.median_ms if default_row else None},
                       tried=trials, pruned=counts["pruned"], failed=counts["failed"] + counts["rejected"],
+                      incorrect=counts["incorrect"], timing_label=label)
+
+
+def _on_accelerator() -> bool:
+    import jax
+
+    return jax.default_backend() != "cpu"
+
+
+def _by_estimate(task, kernel, chip, size, configs, compiled, cache, seeds, max_configs, deadline) -> TuneResult:
+    """Off a TPU: estimate every configuration that compiled (TPU time at full size, libtpu's static profile), then
+    correctness-gate them fastest-estimate first; the first correct one is the best. Interpreter time ranks nothing."""
+    from maxkernel import chips as chips_mod
+    from maxkernel.harness.estimate import estimate_program
+    from maxkernel.tasks import load_task
+
+    spec, target = load_task(task), chips_mod.get(chip)
+    full = "full" if "full" in spec.sizes else size
+    trials: dict[str, Trial] = {}
+    for cfg in configs:
+        k = json.dumps(cfg, sort_keys=True)
+        row = cache.get(cfg)
+        if row is not None:
+            trials[k] = Trial(**row, cached=True)
+            continue
+        comp = compiled[k]
+        if comp.stage == "sandbox":  # the compile process died or timed out: not the config's fault, not cached
+            trials[k] = Trial(config=cfg, outcome="failed", reason=comp.summary)
+            continue
+        if not comp.ok:
+            row = {"config": cfg, "outcome": "pruned", "reason": comp.summary}
+        elif time.monotonic() > deadline:
+            continue  # out of time: compiled configurations beyond it stay unestimated
+        else:
+            e = estimate_program(spec, kernel, target, full, cfg)
+            row = ({"config": cfg, "outcome": "estimated", "estimated_ms": e.estimated_ms, "bound": e.bound,
+                    "reason": f"{e.bound}-bound, {(e.fraction_of_roofline or 0):.0%} of roofline (estimated)"}
+                   if e.ok else {"config": cfg, "outcome": "failed", "reason": f"could not estimate: {e.error}"[:500]})
+        cache.put(cfg, row)
+        trials[k] = Trial(**row)
+    ranked = sorted((t for t in trials.values() if t.estimated_ms is not None), key=lambda t: t.estimated_ms)
+    ev = shared_evaluator()
+    best, gated = None, 0
+    for t in ranked:
+        if gated >= max_configs:
+            break
+        if t.outcome in ("incorrect", "rejected"):
+            continue
+        if t.outcome == "best":  # a cached run's winner: still correct for this source and seeds
+            best = t
+            break
+        gated += 1
+        v = ev.evaluate(task, kernel, size=size, seeds=seeds, tunables=t.config, reps=0, estimate=False)
+        if v.status == "correct":
+            t.outcome, t.reason = "best", f"{t.reason}; {v.reason}"[:500]
+            best = t
+        else:
+            t.outcome = {"incorrect": "incorrect", "rejected": "rejected"}.get(v.status, "failed")
+            t.reason = f"{v.status}: {v.reason}"[:500]
+        cache.put(t.config, t.model_dump(exclude={"cached"}))
+        if best is not None:
+            break
+    tried = list(trials.values())
+    counts = {k: sum(t.outcome == k for t in tried) for k in ("pruned", "failed", "incorrect", "rejected")}
+    label = f"estimated TPU time on {chip} at {full} size (libtpu static profile + roofline), not measured"
+    default = trials.get(json.dumps(configs[0], sort_keys=True))
+    if best is None:
+        return TuneResult(ok=False, summary=f"no configuration passed: {counts} ({label})", tried=tried,
+                          pruned=counts["pruned"], failed=counts["failed"] + counts["rejected"],
+                          incorrect=counts["incorrect"], default={"config": configs[0]}, timing_label=label)
+    speedup = default.estimated_ms / best.estimated_ms if default and default.estimated_ms else None
+    summary = (f"best {best.config}: {best.estimated_ms:.3f} ms estimated on {chip}"
+               + (f", {speedup:.2f}x the default {configs[0]}" if speedup else "")
+               + f"; {len(tried)} tried, {counts['pruned']} pruned by the {chip} compiler, {len(ranked)} estimated, "
+               f"{counts['incorrect']} incorrect ({label}; correctness checked at {size} size).")
+    return TuneResult(ok=True, summary=summary,
+                      best={"config": best.config, "estimated_ms": best.estimated_ms, "median_ms": None,
+                            "iqr_ms": None, "speedup_vs_default": speedup},
+                      default={"config": configs[0], "estimated_ms": default.estimated_ms if default else None},
+                      tried=tried, pruned=counts["pruned"], failed=counts["failed"] + counts["rejected"],
                       incorrect=counts["incorrect"], timing_label=label)

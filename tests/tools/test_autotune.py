@@ -36,3 +36,40 @@ def test_finds_a_better_correct_config_and_skips_bad_ones():
     assert all(t.outcome != "best" or "matches the reference" in t.reason for t in r.tried)
     again = autotune("8p_GEMM", str(KERNEL), chip="v5e", max_configs=6)  # cached: nothing re-run
     assert again.best["config"] == r.best["config"] and all(t.cached for t in again.tried)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_off_a_tpu_the_estimate_ranks_and_the_harness_gates(tmp_path, monkeypatch):
+    """Off a TPU the tuner ranks by the estimated TPU time (interpreter time would rank 128-square tiles like any
+    other), prunes what does not compile at full size, and answers with the best estimate that is correct."""
+    from maxkernel.settings import get_settings
+
+    source = (Path(__file__).parents[2] / "jaxbench" / "8p_GEMM" / "kernel.py").read_text()
+    start, end = source.index("TUNABLES = {"), source.index("}\n", source.index("TUNABLES = {")) + 2
+    space = 'TUNABLES = {"block_m": (128, 512, 1024), "block_n": (128, 1024), "block_k": (1024,)}\n'
+    kernel = tmp_path / "gemm.py"
+    kernel.write_text(source[:start] + space + source[end:])
+    monkeypatch.setenv("MAXKERNEL_ESTIMATE", "true")
+    get_settings.cache_clear()
+    try:
+        r = autotune("8p_GEMM", str(kernel), chip="v5e", max_configs=2)
+    finally:
+        monkeypatch.delenv("MAXKERNEL_ESTIMATE")
+        get_settings.cache_clear()
+    assert r.ok, r.summary
+    assert "estimated" in r.timing_label and "not measured" in r.timing_label
+    estimated = {json_key(t.config): t.estimated_ms for t in r.tried if t.estimated_ms is not None}
+    assert r.best["config"] == {"block_m": 512, "block_n": 1024, "block_k": 1024}
+    assert r.best["estimated_ms"] == min(estimated.values())
+    assert estimated[json_key({"block_m": 128, "block_n": 128, "block_k": 1024})] > 3 * r.best["estimated_ms"]
+    # 1024 x 1024 x 1024 overflows v5e's scoped VMEM at full size: pruned by the compiler, never estimated or run
+    big = next(t for t in r.tried if t.config == {"block_m": 1024, "block_n": 1024, "block_k": 1024})
+    assert big.outcome == "pruned" and big.estimated_ms is None
+    assert sum(t.outcome == "best" for t in r.tried) == 1
+
+
+def json_key(cfg: dict) -> str:
+    import json
+
+    return json.dumps(cfg, sort_keys=True)

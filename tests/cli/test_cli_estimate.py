@@ -1,0 +1,59 @@
+"""`maxkernel estimate` through the real entry point: one JSON document with the contract's fields; bad input exits 2;
+and `maxkernel evaluate` off a TPU carries the estimate beside the measured CPU speedup, each labelled."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RMS = ["--task", "12p_RMSNorm", "--kernel", str(ROOT / "jaxbench" / "12p_RMSNorm" / "kernel.py")]
+FIELDS = {"estimated_ms", "baseline_estimated_ms", "speedup_estimate", "bound", "floors", "static_cycles_ms",
+          "fraction_of_roofline", "method", "fit", "chip", "libtpu", "label", "limits"}
+
+
+def mk(*args, env=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "maxkernel.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_estimate_json_has_the_contracts_fields():
+    r = mk("estimate", *RMS, "--chip", "v5e", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert FIELDS <= set(doc) and doc["ok"], doc.get("error")
+    assert set(doc["floors"]) == {"compute_ms", "memory_ms"} and doc["bound"] == "memory"
+    assert doc["estimated_ms"] >= max(doc["floors"].values()) and doc["chip"] == "v5e"
+    assert "static LLO profile" in doc["method"] and "not a measured time" in doc["label"]
+    assert doc["fit"]["points"] and doc["programs"]["baseline"]["program"] == "baseline"
+    assert "estimating" in r.stderr  # progress goes to stderr, the document alone to stdout
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("args, says", [
+    (["--chip", "h100"], "TPU chip"),
+    (["--chip", "v9"], "unknown chip"),
+    (["--size", "huge"], "huge"),
+])
+def test_estimate_bad_input_is_one_line_and_exit_2(args, says):
+    r = mk("estimate", *RMS, *args, timeout=120)
+    assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_evaluate_off_a_tpu_carries_the_estimate_labelled():
+    r = mk("evaluate", *RMS, "--json", env={"MAXKERNEL_ESTIMATE": "true"})
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)
+    assert v["status"] == "correct" and v["backend"] == "cpu"
+    assert "CPU" in v["timing_label"] and v["speedup"] is not None  # the measured figure, labelled as CPU time
+    est = v["estimate"]
+    assert est["ok"] and est["chip"] == "v5e" and est["speedup_estimate"] > 0 and "not a measured" in est["label"]
+    off = mk("evaluate", *RMS, "--json", env={"MAXKERNEL_ESTIMATE": "false"})
+    assert json.loads(off.stdout)["estimate"] is None
