@@ -339,20 +339,22 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
     if residual is not None and residual > 0.03:
         limits.append(f"cycles are not linear in the work over the profiled sizes (largest residual {residual:.0%}): "
                       "the extrapolation is rougher than usual")
+    big = xs.index(max(xs))
     if max(xs) >= 1.0 - 1e-12:
-        full_cycles = ys[xs.index(max(xs))]
-        raw_full = raw_ys[xs.index(max(xs))]
-        how = "profiled at full size"
-    elif b is None or b <= 0:
-        full_cycles = ys[xs.index(max(xs))] / max(xs)
-        raw_full = raw_ys[xs.index(max(xs))] / max(xs)
-        how = "scaled in proportion from one shrunk size"
-        limits.append("only one usable shrunk size: cycles scaled in proportion to the work")
+        full_cycles, raw_full, how = ys[big], raw_ys[big], "profiled at full size"
     else:
-        full_cycles = a + b
         ra, rb, _ = _line_fit(xs, raw_ys)
-        raw_full = ra + rb if rb is not None else full_cycles
-        how = f"cycles = a + b*x fitted on {len(xs)} sizes, read at x = 1"
+        if b is None or b <= 0 or rb is None or rb <= 0 or a + b <= 0 or ra + rb <= 0:
+            # One size, or sizes whose cycles do not grow with the work (XLA chose another program at another
+            # size): scale the largest profiled size in proportion rather than trust a line through them.
+            full_cycles, raw_full = ys[big] / xs[big], raw_ys[big] / xs[big]
+            how = f"scaled in proportion from the largest profiled size (x = {xs[big]:.3g})"
+            limits.append("only one usable shrunk size: cycles scaled in proportion to the work" if len(set(xs)) < 2
+                          else "cycles do not grow linearly with the work over the profiled sizes: scaled in "
+                               "proportion from the largest")
+        else:
+            full_cycles, raw_full = a + b, ra + rb
+            how = f"cycles = a + b*x fitted on {len(xs)} sizes, read at x = 1"
     cycles_ms = full_cycles / clock * 1e3
     flops = float(task.flops(size) or 0.0)
     spec_bytes = traffic.get("bytes")

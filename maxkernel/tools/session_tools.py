@@ -7,7 +7,7 @@ from google.adk.tools import ToolContext
 from maxkernel.settings import get_settings
 from maxkernel.tools.workspace import WorkspaceError, resolve, workspace_dir
 
-__all__ = ["compile_kernel", "test_kernel", "profile_kernel", "tune_kernel"]
+__all__ = ["compile_kernel", "test_kernel", "profile_kernel", "estimate_kernel", "tune_kernel"]
 
 
 def _kernel(path: str, tool_context: ToolContext) -> str:
@@ -79,6 +79,32 @@ def profile_kernel(tool_context: ToolContext, path: str = "kernel.py") -> dict:
     d["ops"] = d["ops"][:8]
     d.pop("baseline_ops", None)
     return d
+
+
+def estimate_kernel(tool_context: ToolContext, path: str = "kernel.py") -> dict:
+    """Estimates the kernel's TPU time at full size on the session's chip, and the XLA baseline's, without a TPU.
+
+    From libtpu's static profile on shrunk shapes, floored by the roofline: an ESTIMATE, not a measurement. It says
+    what limits the kernel: bound (compute, memory, or overhead = far above both floors: small tiles, per-step
+    cost), fraction_of_roofline, and the floors.
+
+    Args:
+        path: Kernel file in the workspace (default kernel.py).
+
+    Returns:
+        summary, estimated_ms, baseline_estimated_ms, speedup_estimate, bound, floors, fraction_of_roofline, limits.
+    """
+    from maxkernel.tools.estimate_tpu import estimate_tpu_time
+
+    try:
+        kernel = _kernel(path, tool_context)
+    except WorkspaceError as exc:
+        return {"ok": False, "summary": str(exc)}
+    chip = tool_context.state.get("chip") or get_settings().chip
+    r = estimate_tpu_time(tool_context.state["task"], kernel, chip, "full")
+    return r.model_dump(include={"ok", "summary", "label", "chip", "estimated_ms", "baseline_estimated_ms",
+                                 "speedup_estimate", "bound", "floors", "fraction_of_roofline", "limits", "error",
+                                 "hint", "data_dependent"})
 
 
 def tune_kernel(tool_context: ToolContext, path: str = "kernel.py", max_configs: int = 8) -> dict:

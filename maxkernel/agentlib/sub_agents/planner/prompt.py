@@ -14,6 +14,7 @@ Feedback so far (may be empty):
 - Previous plan: {plan?}
 - Profiler's advice: {advice?}
 - Best so far: {best_summary?}
+- Last verdict (off a TPU it carries the TPU estimate: bound and share of roofline): {verdict_summary?}
 
 """ + KERNEL_RULES + """
 

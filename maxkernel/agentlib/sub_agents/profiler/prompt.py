@@ -6,8 +6,11 @@ INSTRUCTION = CONTEXT + """
 You are the profiler. Profile the kernel against the baseline (profile_kernel), read where the time goes and
 where the kernel sits on the chip's roofline (chip_specs gives the ridge point), and say what to try next:
 one to three concrete changes (block sizes, fusing a pass, fewer HBM round trips, raising arithmetic
-intensity, better dimension_semantics). On CPU the times come from the interpreter: rely on the roofline
-reading and the structure of the kernel, not on the CPU milliseconds.
+intensity, better dimension_semantics). On CPU the times come from the interpreter: rely on the TPU estimate
+(estimate_kernel: libtpu's static profile, floored by the roofline) and the structure of the kernel, not on the
+CPU milliseconds. Start the advice with the estimate's reading in one line, e.g. "26 % of roofline,
+compute-bound: enlarge the tiles" or "at the HBM floor: only less traffic helps"; "overhead" means far above
+both floors (small tiles, per-step cost). Say that it is an estimate.
 
 Last verdict: {verdict_summary?}
 

@@ -1,0 +1,67 @@
+"""The estimate's arithmetic on profiled points (no libtpu): the fit, the 0-cycle fill, the floors, the bound."""
+
+import pytest
+
+from maxkernel import chips
+from maxkernel.harness.estimate import _fit
+from maxkernel.tasks import load_task
+
+pytestmark = pytest.mark.unit
+
+V5E = chips.get("v5e")
+GEMM_FLOPS = 2 * 8192 * 8192 * 28672
+IO = 2 * (8192 * 8192 + 2 * 8192 * 28672)
+BASE = dict(ok=False, program="kernel", chip="v5e", libtpu_flags=[], libtpu="test")
+
+
+def lines(points, spec_bytes=None, calls=()):
+    head = {"plan": {"shrunk_dims": ["M"], "full_dims": {"M": 8192, "K": 8192, "N": 28672}, "rejected": {}},
+            "facts": {"pallas_calls": list(calls), "data_dependent": []},
+            "block_traffic": {"bytes": spec_bytes, "notes": []}}
+    return [head] + [{"point": {"dims": {"M": 8192 * x}, "x": x, "tiles": None, "ops": ops, "zero_cycle_bytes": zb,
+                                "compile_s": 1.0}} for x, ops, zb in points]
+
+
+def test_a_line_is_read_at_full_size_and_floored():
+    pts = [(x, {"k": int(1000 + 3e7 * x)}, {}) for x in (1 / 64, 1 / 32, 1 / 16)]
+    e = _fit(BASE, lines(pts), load_task("8p_GEMM"), V5E, "full", IO)
+    assert e.ok and e.fit["cycles_full"] == pytest.approx(1000 + 3e7)
+    assert e.static_cycles_ms == pytest.approx((1000 + 3e7) / V5E.clock * 1e3)
+    assert e.floors["compute_ms"] == pytest.approx(GEMM_FLOPS / V5E.device_peak_flops * 1e3)
+    assert e.floors["memory_ms"] == pytest.approx(IO / V5E.device_hbm_bytes_per_s * 1e3)
+    assert e.estimated_ms == pytest.approx(max(e.static_cycles_ms, *e.floors.values()))
+    assert e.bound == "compute" and 0 < e.fraction_of_roofline <= 1
+
+
+def test_cycles_below_the_floor_give_the_floor():
+    pts = [(x, {"k": int(10 * x * 64)}, {}) for x in (1 / 64, 1 / 32, 1 / 16)]  # absurdly fast: a forged profile
+    e = _fit(BASE, lines(pts), load_task("8p_GEMM"), V5E, "full", IO)
+    assert e.estimated_ms == pytest.approx(e.floors["compute_ms"]) and e.fraction_of_roofline == pytest.approx(1.0)
+
+
+def test_zero_cycle_ops_are_filled_with_their_hbm_time():
+    fill = 1 << 30
+    pts = [(x, {"k": int(3e7 * x), "copy": 0}, {"copy": int(fill * x)}) for x in (1 / 64, 1 / 32, 1 / 16)]
+    e = _fit(BASE, lines(pts), load_task("8p_GEMM"), V5E, "full", IO)
+    filled = fill / V5E.device_hbm_bytes_per_s * V5E.clock
+    assert e.fit["cycles_full"] == pytest.approx(3e7 + filled, rel=1e-3)
+    assert e.static_cycles_ms == pytest.approx(3e7 / V5E.clock * 1e3, rel=1e-3)  # the raw profile, without fills
+    assert any("0 cycles" in x for x in e.limits)
+
+
+def test_cycles_that_fall_with_the_work_are_scaled_not_extrapolated():
+    pts = [(1 / 64, {"k": 900_000}, {}), (1 / 32, {"k": 500_000}, {}), (1 / 16, {"k": 800_000}, {})]
+    e = _fit(BASE, lines(pts), load_task("8p_GEMM"), V5E, "full", IO)
+    assert e.fit["cycles_full"] == pytest.approx(800_000 * 16)
+    assert e.static_cycles_ms > 0 and any("proportion" in x for x in e.limits)
+
+
+def test_blockspec_bytes_raise_the_memory_floor_and_a_low_declared_cost_is_named():
+    spec = 30 * IO
+    call = {"name": "k", "grid": [64, 224, 64], "parallel": [True, True, False], "declared_bytes": 1}
+    pts = [(x, {"k": int(3e7 * x)}, {}) for x in (1 / 64, 1 / 32, 1 / 16)]
+    e = _fit(BASE, lines(pts, spec_bytes=spec, calls=[call]), load_task("8p_GEMM"), V5E, "full", IO)
+    assert e.floors["memory_ms"] == pytest.approx(spec / V5E.device_hbm_bytes_per_s * 1e3)
+    assert e.fit["hbm_bytes_source"] == "block specs and grid"
+    assert any("cost_estimate declares" in x for x in e.limits)
+    assert e.bound == "memory"
