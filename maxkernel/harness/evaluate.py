@@ -101,14 +101,15 @@ class Evaluator:
         """
         verdict = self._judge(task, kernel, size=size, seeds=seeds, timeout=timeout, reps=reps, tunables=tunables,
                               detect_races=detect_races, exact_seeds=exact_seeds)
-        wanted = self.settings.estimate if estimate is None else estimate
+        settings = get_settings()  # read now, not at construction: a long-lived evaluator follows changed settings
+        wanted = settings.estimate if estimate is None else estimate
         if not (wanted and verdict.status == "correct" and verdict.backend == "cpu"):
             return verdict
         from maxkernel.harness.estimate import estimate as tpu_estimate
 
         task_obj = task if isinstance(task, Task) else load_task(task)
         est = tpu_estimate(str(task_obj.path if task_obj.source != "jaxbench" else task_obj.name), str(kernel),
-                           self.settings.chip, "full" if "full" in task_obj.sizes else size, tunables)
+                           settings.chip, "full" if "full" in task_obj.sizes else size, tunables)
         return verdict.model_copy(update={"estimate": est.model_dump(exclude={"kernel", "baseline"})})
 
     def _judge(self, task: str | Task, kernel: str | Path, *, size: str, seeds: list[int] | None,

@@ -228,3 +228,25 @@ async def test_budgets_stop_the_loop():
     assert await _stop_reason({"iteration": 1, "elapsed_s": 50.0}, elapsed=20.0,
                               max_wall_s=60) == "wall-time budget (60 s) used"
     assert await _stop_reason({"iteration": 1, "elapsed_s": 10.0}, elapsed=20.0, max_wall_s=60) is None
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_off_a_tpu_the_loop_keeps_the_best_by_the_tpu_estimate(replay_env, sqlite_store, drive):
+    """With estimates on (the default outside the test suite), a CPU run ranks by the estimated TPU speedup, says
+    so, and still reports the measured interpreter speedup beside it."""
+    replay_env(max_iterations=1, estimate="true")
+    runner, session, events = await run_to_end(sqlite_store, drive, "12p_RMSNorm")
+    loop = session.state["loop"]
+    entry, best = loop["history"][0], loop["best"]
+    assert entry["status"] == "correct" and best["iteration"] == 1
+    assert best["rank_label"].startswith("estimated TPU speedup on v5e"), best
+    assert best["rank_speedup"] == entry["rank_speedup"] != entry["speedup"]  # the estimate, not the CPU figure
+    summary = [s for s in deltas(events, "verdict_summary") if s][0]
+    assert "CPU interpreter time" in summary and "TPU estimate on v5e" in summary and "estimated, not measured" in summary
+    assert "estimated TPU speedup" in [s for s in deltas(events, "best_summary") if s][0]
+    tune = responses(events, "tune_kernel")
+    assert tune[0]["ok"] and "estimated TPU time" in tune[0]["timing_label"], tune
+    final = session.state["result"]["verdict"]
+    assert final["estimate"]["ok"] and final["estimate"]["chip"] == "v5e"
