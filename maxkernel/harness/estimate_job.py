@@ -29,6 +29,9 @@ _CYCLES = re.compile(r'hlo_op_estimate\s*\{[^}]*?hlo_op_name:\s*"([^"]+)"[^}]*?e
 _SHAPE = re.compile(r"\b(pred|s4|u4|s8|u8|s16|u16|s32|u32|s64|u64|f16|bf16|f32|f64|f8e4m3fn|f8e5m2|c64|c128)\[([\d,]*)\]")
 _BITS = {"pred": 8, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "s16": 16, "u16": 16, "s32": 32, "u32": 32, "s64": 64,
          "u64": 64, "f16": 16, "bf16": 16, "f32": 32, "f64": 64, "f8e4m3fn": 8, "f8e5m2": 8, "c64": 64, "c128": 128}
+# HLO opcodes that move no data (views and bookkeeping): a 0-cycle price is right for them.
+_FREE_OPS = {"bitcast", "tuple", "get-tuple-element", "parameter", "constant", "after-all", "partition-id",
+             "replica-id", "opt-barrier", "add-dependency"}
 # Primitives whose work depends on values the static profile cannot see.
 _DATA_DEPENDENT = {"ragged_dot", "ragged_dot_general", "ragged_all_to_all"}
 
@@ -53,6 +56,9 @@ def zero_cycle_bytes(hlo_text: str, names: list[str]) -> dict[str, int]:
         if not m:
             continue
         line = m.group(1).split(", metadata=")[0].split(", backend_config=")[0]
+        op = re.match(r"(?:\(.*?\)|\S+)\s+([\w-]+)\(", line)
+        if op and op.group(1) in _FREE_OPS:
+            continue  # moves nothing: a view or bookkeeping
         total = 0
         for dtype, dims in _SHAPE.findall(line):
             n = math.prod(int(d) for d in dims.split(",") if d) if dims else 1
