@@ -10,6 +10,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from maxkernel.harness.verdict import rank_speedup
 from maxkernel.search.algorithms import build_algorithm
 from maxkernel.search.config import SearchConfig
 from maxkernel.search.evaluator import SPENT, Cascade, run_stage, source_sha
@@ -194,14 +195,17 @@ class Controller:
             kernel = self.out / "best_kernel.py"
             kernel.write_text(node.source)
             (self.out / "best_verdict.json").write_text(json.dumps(held, indent=2) + "\n")
+            _, label = rank_speedup(node.verdict_data.get("timing") or {})
             result["best"] = {"node": node.id, "kernel": str(kernel.resolve()), "speedup": node.speedup,
-                              "heldout_speedup": held.get("speedup"), "heldout_seeds": list(self.config.heldout_seeds),
-                              "strategy": node.strategy}
+                              "speedup_label": label, "heldout_speedup": held.get("speedup"),
+                              "heldout_estimate": held.get("estimate"),
+                              "heldout_seeds": list(self.config.heldout_seeds), "strategy": node.strategy}
         self.graph.set_meta("result", result)
         (self.out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
         result["graph_html"] = str(self.render())
-        text = (f"best node {best[0].id}: {best[0].speedup:.3g}x, correct on held-out seeds" if best
-                else f"no kernel passed ({result['status']})")
+        text = (f"best node {best[0].id}: {best[0].speedup:.3g}x ({result['best']['speedup_label']}), correct on "
+                f"held-out seeds" if best and best[0].speedup is not None else
+                f"best node {best[0].id}, correct on held-out seeds" if best else f"no kernel passed ({result['status']})")
         self.emit("final", f"{result['stop_reason']}; {text}")
         return result
 

@@ -86,7 +86,7 @@ body{{font-family:sans-serif;margin:16px;color:#222}} .k{{margin-right:12px;whit
 <h2>{html.escape(title)}</h2>
 <p>{t['nodes']} nodes ({t['done']} done, {t['running']} running, {t['pending']} pending) · {t['correct']} correct ·
 {html.escape(best)} · {t['tokens']} tokens · ${t['cost_usd']:.4f}. Labels: speedup vs the XLA baseline on the
-search's scoring seeds. Thick blue ring: best; gold: pinned; faded: pruned; dashed: not started.</p>
+search's scoring seeds (off a TPU: the estimated TPU speedup, libtpu's static profile; estimates, not measurements). Thick blue ring: best; gold: pinned; faded: pruned; dashed: not started.</p>
 <p>{legend}</p><div class="svgbox">{''.join(svg)}</div></body></html>
 """
 
