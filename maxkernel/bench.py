@@ -12,12 +12,13 @@ __all__ = ["list_tasks", "time_task", "time_fn"]
 
 
 def list_tasks() -> list[dict]:
-    """One row per suite task: name, tier, source, and whether it ships a reference kernel."""
+    """One row per suite task: name, tier, source, whether it ships a reference kernel, and the TPU chips whose
+    HBM its full size fits."""
     rows = []
     for name in jaxbench.task_names():
         task = load_task(name)
         rows.append({"name": name, "tier": task.tier, "source": task.source,
-                     "reference_kernel": task.reference_kernel is not None})
+                     "reference_kernel": task.reference_kernel is not None, "fits_chips": list(task.fits_chips)})
     return rows
 
 

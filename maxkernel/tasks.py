@@ -13,11 +13,14 @@ from types import ModuleType
 
 import jaxbench
 
-__all__ = ["Task", "TaskError", "load_task", "DEFAULT_TOLERANCE"]
+__all__ = ["Task", "TaskError", "load_task", "DEFAULT_TOLERANCE", "FULL_SIZE_CHIPS"]
 
 # Fixed by the benchmark, never by a caller: max|out - ref| / max|ref| must stay below this.
 # Measured on CPU: bf16 outputs land near 2.5e-3, f32 kernels near 3e-7 (see platform-facts.md).
 DEFAULT_TOLERANCE = {"bfloat16": 2e-2, "float16": 1e-2, "float32": 1e-3, "float64": 1e-6}
+# The TPU chips a task's full size must fit (its XLA baseline's compiled program within the chip's HBM), unless its
+# baseline.py declares FITS_CHIPS, the subset it does fit.
+FULL_SIZE_CHIPS = ("v4", "v5e", "v5p", "v6e")
 
 
 class TaskError(ValueError):
@@ -66,6 +69,21 @@ class Task:
     @property
     def sizes(self) -> list[str]:
         return ["full"] + sorted(getattr(self.module, "SIZES", {}))
+
+    @property
+    def fits_chips(self) -> tuple[str, ...]:
+        """The TPU chips whose HBM the full size fits: the baseline's FITS_CHIPS, else FULL_SIZE_CHIPS."""
+        from maxkernel import chips
+
+        declared = getattr(self.module, "FITS_CHIPS", FULL_SIZE_CHIPS)
+        if isinstance(declared, str) or not all(isinstance(c, str) for c in declared):
+            raise TaskError(f"{self.baseline_file}: FITS_CHIPS must be a tuple of chip names, got {declared!r}")
+        unknown = [c for c in declared if c not in chips.CHIPS or not chips.CHIPS[c].is_tpu]
+        if unknown:
+            tpus = ", ".join(c.name for c in chips.CHIPS.values() if c.is_tpu)
+            raise TaskError(f"{self.baseline_file}: FITS_CHIPS names {', '.join(map(repr, unknown))}, "
+                            f"not TPU chips ({tpus})")
+        return tuple(declared)
 
     @property
     def seedable(self) -> bool:

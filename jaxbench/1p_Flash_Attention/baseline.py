@@ -2,6 +2,7 @@
 
 import math
 
+import jax
 import jax.numpy as jnp
 
 from jaxbench._common import dims, draw, keys
@@ -20,6 +21,10 @@ SIZES = {"smoke": {"batch": 2, "seq_len": 256, "num_heads": 2, "head_dim": 128}}
 
 # q is drawn wider than k so the scaled logits spread over several units and softmax rows are peaked.
 Q_SCALE = 2.0
+# Query rows per step of workload's loop. All rows at once would make XLA hold the f32 scores of every head
+# (batch * heads * seq^2 * 4 bytes: 16 GiB at full size, more than a v5e's HBM); a block of rows bounds them
+# at batch * heads * Q_CHUNK * seq * 4 bytes. Each row's softmax still sees all its keys, so the result is the same.
+Q_CHUNK = 256
 
 
 def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
@@ -35,16 +40,24 @@ def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
 
 def workload(q, k, v):
     """softmax(q k^T / sqrt(head_dim), causal) v: logits and softmax in f32, probabilities fed to the MXU in q's dtype."""
-    seq_q, seq_k, head_dim = q.shape[2], k.shape[2], q.shape[3]
-    s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32) / math.sqrt(head_dim)
-    if CONFIG["causal"]:
-        # Query i sees keys 0..i; with seq_q == seq_k the diagonal keeps every row non-empty.
-        mask = jnp.arange(seq_q)[:, None] >= jnp.arange(seq_k)[None, :]
-        s = jnp.where(mask, s, -jnp.inf)
-    p = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
-    p = p / jnp.sum(p, axis=-1, keepdims=True)
-    out = jnp.einsum("bhqk,bhkd->bhqd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-    return out.astype(q.dtype)
+    batch, heads, seq_q, head_dim = q.shape
+    seq_k = k.shape[2]
+    chunk = math.gcd(seq_q, Q_CHUNK)
+
+    def rows(start):
+        qi = jax.lax.dynamic_slice_in_dim(q, start, chunk, axis=2)  # [batch, heads, chunk, head_dim]
+        s = jnp.einsum("bhqd,bhkd->bhqk", qi, k, preferred_element_type=jnp.float32) / math.sqrt(head_dim)
+        if CONFIG["causal"]:
+            # Query i sees keys 0..i; with seq_q == seq_k the diagonal keeps every row non-empty.
+            mask = (start + jnp.arange(chunk))[:, None] >= jnp.arange(seq_k)[None, :]
+            s = jnp.where(mask, s, -jnp.inf)
+        p = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+        p = p / jnp.sum(p, axis=-1, keepdims=True)
+        out = jnp.einsum("bhqk,bhkd->bhqd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+        return out.astype(q.dtype)
+
+    out = jax.lax.map(rows, jnp.arange(0, seq_q, chunk))  # [seq_q // chunk, batch, heads, chunk, head_dim]
+    return out.transpose(1, 2, 0, 3, 4).reshape(batch, heads, seq_q, head_dim)
 
 
 def get_flops(size="full"):

@@ -29,6 +29,12 @@ SIZES = {"smoke": {"batch": 1, "seq_len": 128, "emb_dim": 256, "num_heads": 4, "
 # The up-projected q is drawn wider so the logits spread over several units and softmax rows are peaked.
 Q_SCALE = 2.0
 
+# Query rows per step of workload's attention loop. All rows at once would make XLA hold the f32 scores of every
+# head (batch * heads * seq^2 * 4 bytes: 8 GiB at full size, and with the projections more than the 15.25 GiB a
+# v4 compile-only device has); a block of rows bounds them at batch * heads * Q_CHUNK * seq * 4 bytes. Each row's
+# softmax still sees all its keys, so the result is the same.
+Q_CHUNK = 256
+
 # Independent dimensions (sequences and heads attend independently): the TPU estimator may shrink these and extrapolate.
 PARALLEL_DIMS = ("batch", "num_heads")
 
@@ -89,14 +95,22 @@ def workload(x, w_dq, q_norm, w_uq, w_dkv, kv_norm, w_ukv, w_o):
     k_pe = _rope(kv_a[..., kv_lora:], seq_axis=1)  # [batch, seq, rope], one rope key for every head
     kv = jnp.einsum("bsr,rhd->bshd", c_kv, w_ukv, preferred_element_type=f32).astype(x.dtype)
     k_nope, v = kv[..., :nope], kv[..., nope:]
-    # q.k splits into the per-head nope part and the shared rope part; the scale covers both.
-    s = (jnp.einsum("bqhd,bkhd->bhqk", q[..., :nope], k_nope, preferred_element_type=f32)
-         + jnp.einsum("bqhd,bkd->bhqk", q[..., nope:], k_pe, preferred_element_type=f32)) / math.sqrt(nope + rope)
-    causal = jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :]
-    s = jnp.where(causal, s, -jnp.inf)
-    p = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
-    p = p / jnp.sum(p, axis=-1, keepdims=True)
-    o = jnp.einsum("bhqk,bkhd->bqhd", p.astype(v.dtype), v, preferred_element_type=f32).astype(x.dtype)
+    batch, heads, v_dim = x.shape[0], v.shape[2], v.shape[3]
+    chunk = math.gcd(seq, Q_CHUNK)
+
+    def rows(start):
+        qi = lax.dynamic_slice_in_dim(q, start, chunk, axis=1)  # [batch, chunk, heads, nope + rope]
+        # q.k splits into the per-head nope part and the shared rope part; the scale covers both.
+        s = (jnp.einsum("bqhd,bkhd->bhqk", qi[..., :nope], k_nope, preferred_element_type=f32)
+             + jnp.einsum("bqhd,bkd->bhqk", qi[..., nope:], k_pe, preferred_element_type=f32)) / math.sqrt(nope + rope)
+        causal = (start + jnp.arange(chunk))[:, None] >= jnp.arange(seq)[None, :]
+        s = jnp.where(causal, s, -jnp.inf)
+        p = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+        p = p / jnp.sum(p, axis=-1, keepdims=True)
+        return jnp.einsum("bhqk,bkhd->bqhd", p.astype(v.dtype), v, preferred_element_type=f32).astype(x.dtype)
+
+    o = lax.map(rows, jnp.arange(0, seq, chunk))  # [seq // chunk, batch, chunk, heads, v_head_dim]
+    o = o.transpose(1, 0, 2, 3, 4).reshape(batch, seq, heads, v_dim)
     return jnp.einsum("bqhd,hde->bqe", o, w_o, preferred_element_type=f32).astype(x.dtype)
 
 

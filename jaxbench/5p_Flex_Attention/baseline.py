@@ -24,6 +24,10 @@ SIZES = {"smoke": {"batch": 2, "seq_len": 256, "num_heads": 4, "head_dim": 128}}
 
 # q is drawn wider than k so the scaled logits spread over several units and softmax rows are peaked.
 Q_SCALE = 2.0
+# Query rows per step of workload's loop. All rows at once would make XLA hold the f32 scores of every head
+# (batch * heads * seq^2 * 4 bytes: 16 GiB at full size, more than a v5e's HBM); a block of rows bounds them
+# at batch * heads * Q_CHUNK * seq * 4 bytes. Each row's softmax still sees all its keys, so the result is the same.
+Q_CHUNK = 256
 
 
 def alibi_slopes(num_heads):
@@ -62,16 +66,25 @@ def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
 
 def workload(q, k, v, doc_ids):
     """softmax(score_mod(q k^T / sqrt(head_dim)) masked by mask_mod) v; logits and softmax in f32."""
-    num_heads, seq, head_dim = q.shape[1], q.shape[2], q.shape[3]
-    s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32) / math.sqrt(head_dim)
-    idx = jnp.arange(seq)
-    s = score_mod(s, alibi_slopes(num_heads)[:, None, None], idx[:, None], idx[None, :])
-    keep = mask_mod(doc_ids[:, None, :, None], doc_ids[:, None, None, :], idx[:, None], idx[None, :])
-    s = jnp.where(keep, s, -jnp.inf)  # the diagonal is always kept, so no row is empty
-    p = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
-    p = p / jnp.sum(p, axis=-1, keepdims=True)
-    out = jnp.einsum("bhqk,bhkd->bhqd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-    return out.astype(q.dtype)
+    batch, num_heads, seq, head_dim = q.shape
+    chunk = math.gcd(seq, Q_CHUNK)
+    kv_idx = jnp.arange(seq)
+
+    def rows(start):
+        qi = jax.lax.dynamic_slice_in_dim(q, start, chunk, axis=2)  # [batch, heads, chunk, head_dim]
+        doc_q = jax.lax.dynamic_slice_in_dim(doc_ids, start, chunk, axis=1)  # [batch, chunk]
+        q_idx = start + jnp.arange(chunk)
+        s = jnp.einsum("bhqd,bhkd->bhqk", qi, k, preferred_element_type=jnp.float32) / math.sqrt(head_dim)
+        s = score_mod(s, alibi_slopes(num_heads)[:, None, None], q_idx[:, None], kv_idx[None, :])
+        keep = mask_mod(doc_q[:, None, :, None], doc_ids[:, None, None, :], q_idx[:, None], kv_idx[None, :])
+        s = jnp.where(keep, s, -jnp.inf)  # the diagonal is always kept, so no row is empty
+        p = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+        p = p / jnp.sum(p, axis=-1, keepdims=True)
+        out = jnp.einsum("bhqk,bhkd->bhqd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+        return out.astype(q.dtype)
+
+    out = jax.lax.map(rows, jnp.arange(0, seq, chunk))  # [seq // chunk, batch, heads, chunk, head_dim]
+    return out.transpose(1, 2, 0, 3, 4).reshape(batch, num_heads, seq, head_dim)
 
 
 def get_flops(size="full"):

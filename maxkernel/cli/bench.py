@@ -21,8 +21,9 @@ def bench_list(as_json: bool) -> None:
     from maxkernel.bench import list_tasks
 
     rows = list_tasks()
-    lines = [f"{r['name']:<58} {r['tier']}  {'reference kernel' if r['reference_kernel'] else ''}".rstrip()
-             for r in rows]
+    lines = [f"{'task':<58} {'tier'}  {'full size fits':<18}  reference kernel"]
+    lines += [f"{r['name']:<58} {r['tier']:<4}  {','.join(r['fits_chips']):<18}  "
+              f"{'yes' if r['reference_kernel'] else ''}".rstrip() for r in rows]
     emit(as_json, rows, "\n".join(lines) + f"\n{len(rows)} tasks")
 
 

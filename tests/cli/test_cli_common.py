@@ -57,5 +57,8 @@ def test_track_prints_numbered_lines_off_a_terminal(capsys):
 def test_bench_list_json_is_the_contract(capsys):
     assert main(["bench", "list", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) == 50 and {"name", "tier", "source"} <= set(rows[0])
+    assert len(rows) == 50 and {"name", "tier", "source", "fits_chips"} <= set(rows[0])
     assert sum(r["tier"] == "p" for r in rows) == 17 and {r["tier"] for r in rows} == {"p", "k"}
+    # Each task names the TPU chips its full size fits; without FITS_CHIPS, all of tasks.FULL_SIZE_CHIPS.
+    assert all(r["fits_chips"] and set(r["fits_chips"]) <= {"v4", "v5e", "v5p", "v6e", "7x"} for r in rows)
+    assert next(r for r in rows if r["name"] == "1p_Flash_Attention")["fits_chips"] == ["v4", "v5e", "v5p", "v6e"]
