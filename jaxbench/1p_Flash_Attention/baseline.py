@@ -26,6 +26,10 @@ Q_SCALE = 2.0
 # at batch * heads * Q_CHUNK * seq * 4 bytes. Each row's softmax still sees all its keys, so the result is the same.
 Q_CHUNK = 256
 
+# Independent dimensions (sequences and heads attend independently): the TPU estimator may shrink these
+# and extrapolate.
+PARALLEL_DIMS = ("batch", "num_heads")
+
 
 def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
     """Returns (q, k, v), each [batch, num_heads, seq_len, head_dim] (the layout of jax's TPU flash attention)."""

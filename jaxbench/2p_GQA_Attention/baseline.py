@@ -28,6 +28,10 @@ Q_SCALE = 2.0
 # at batch * heads * Q_CHUNK * seq * 4 bytes. Each row's softmax still sees all its keys, so the result is the same.
 Q_CHUNK = 256
 
+# Independent dimensions (sequences and query heads attend independently; the KV heads they share are read either way): the TPU estimator may shrink these
+# and extrapolate.
+PARALLEL_DIMS = ("batch", "num_query_heads")
+
 
 def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
     """Returns (q[batch, seq, num_query_heads, head_dim], k and v [batch, seq, num_kv_heads, head_dim])."""

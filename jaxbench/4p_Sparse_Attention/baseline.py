@@ -41,6 +41,10 @@ def visible(q_idx, kv_idx, seq_len):
                | (kb % CONFIG["stride_blocks"] == CONFIG["stride_blocks"] - 1))
     return (q_idx >= kv_idx) & pattern
 
+# Independent dimensions (sequences and query heads attend independently; the KV heads they share are read either way): the TPU estimator may shrink these
+# and extrapolate.
+PARALLEL_DIMS = ("batch", "num_query_heads")
+
 
 def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
     """Returns (q[batch, seq, num_query_heads, head_dim], k and v [batch, seq, num_kv_heads, head_dim])."""

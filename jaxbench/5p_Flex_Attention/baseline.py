@@ -52,6 +52,10 @@ def document_ids(key, batch, seq_len):
     starts = jax.random.uniform(key, (batch, seq_len)) < CONFIG["mean_documents"] / seq_len
     return jnp.cumsum(starts.at[:, 0].set(False), axis=1, dtype=jnp.int32)
 
+# Independent dimensions (sequences and heads attend independently): the TPU estimator may shrink these
+# and extrapolate.
+PARALLEL_DIMS = ("batch", "num_heads")
+
 
 def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):
     """Returns (q, k, v [batch, num_heads, seq_len, head_dim], doc_ids [batch, seq_len] int32)."""
