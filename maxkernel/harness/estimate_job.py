@@ -92,8 +92,12 @@ def pallas_facts(closed_jaxpr) -> dict:
         params = params.get("mosaic_tpu", params) if isinstance(params, dict) else params
         sem = tuple(str(s).lower().rsplit(".", 1)[-1] for s in (getattr(params, "dimension_semantics", None) or ()))
         grid = tuple(int(g) if isinstance(g, int) else -1 for g in gm.grid)
-        parallel = tuple((sem[i] if i < len(sem) else "arbitrary") in ("parallel", "core_parallel")
+        declared = tuple((sem[i] if i < len(sem) else "arbitrary") in ("parallel", "core_parallel")
                          for i in range(len(grid)))
+        # An axis is independent when every output's block moves along it (a kernel need not declare it parallel:
+        # the semantics only matter for megacore); one output that stays put accumulates across it.
+        moves = _outputs_move(gm, len(grid))
+        parallel = tuple(moves[i] if moves is not None else declared[i] for i in range(len(grid)))
         blocks = [[list(bm.block_aval.shape), str(bm.block_aval.dtype),
                    str(getattr(bm.block_aval, "memory_space", ""))] for bm in gm.block_mappings]
         cost = eqn.params.get("cost_estimate")
@@ -105,6 +109,28 @@ def pallas_facts(closed_jaxpr) -> dict:
                       "declared_bytes": int(cost.bytes_accessed) if cost is not None else None,
                       "declared_flops": int(cost.flops) if cost is not None else None})
     return {"pallas_calls": calls, "data_dependent": sorted(data_dependent)}
+
+
+def _outputs_move(gm, rank: int) -> list[bool] | None:
+    """Per grid axis: whether every output's block index changes when that axis steps from 0 to 1; None when the
+    index maps read scalar-prefetched data (then the declared semantics decide)."""
+    import jax
+
+    if gm.num_index_operands:
+        return None
+    outs = list(gm.block_mappings)[gm.num_inputs:gm.num_inputs + gm.num_outputs]
+    if not outs:
+        return None
+
+    def at(bm, point):
+        jaxpr = bm.index_map_jaxpr
+        return [int(v) for v in jax.core.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *point)]
+
+    moves = []
+    for axis in range(rank):
+        one = [1 if i == axis else 0 for i in range(rank)]
+        moves.append(all(at(bm, [0] * rank) != at(bm, one) for bm in outs))
+    return moves
 
 
 def block_traffic(closed_jaxpr) -> dict:
