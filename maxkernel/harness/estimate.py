@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -286,7 +287,8 @@ def _crash(base: dict, stderr: str, lines: list[dict], settings) -> ProgramEstim
             line = next((ln for ln in stderr.splitlines() if marker in ln), marker)
             return ProgramEstimate(**base, stage="abort", error=f"libtpu aborted{at}: {why} ({line.strip()[:200]})",
                                    hint=f"libtpu flag {_RETRY_FLAG} avoids most of these aborts")
-    tail = " | ".join(stderr.strip().splitlines()[-3:])[:400]
+    fatal = [ln.strip() for ln in stderr.splitlines() if re.match(r"\s*F\d{4} ", ln) or "Check failed" in ln]
+    tail = (fatal[0] if fatal else " | ".join(stderr.strip().splitlines()[-3:]))[:400]
     return ProgramEstimate(**base, stage="abort", error=f"the profiling process died{at}: {tail or 'no output'}",
                            hint=f"libtpu flag {_RETRY_FLAG} avoids most libtpu aborts")
 
