@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+# The suite's own switches pass through: its private cache, and estimates off (they are tested on their own).
+_KEEP = ("MAXKERNEL_CACHE_DIR", "MAXKERNEL_ESTIMATE")
+
 _CREDENTIALS = ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_CLOUD_PROJECT",
                 "GOOGLE_APPLICATION_CREDENTIALS")
 
@@ -14,7 +17,7 @@ _CREDENTIALS = ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI",
 def agent_env(data_dir: Path) -> dict:
     """A child environment with no model credentials, private data and a one-iteration budget."""
     env = {k: v for k, v in os.environ.items()
-           if k not in _CREDENTIALS and (not k.startswith("MAXKERNEL_") or k == "MAXKERNEL_CACHE_DIR")}
+           if k not in _CREDENTIALS and (not k.startswith("MAXKERNEL_") or k in _KEEP)}
     env.update(JAX_PLATFORMS="cpu", MAXKERNEL_DATA_DIR=str(data_dir), MAXKERNEL_MAX_ITERATIONS="1")
     return env
 

@@ -13,6 +13,9 @@ from _extras import need_module
 from maxkernel.evals.evalsets import smoke_config_path, smoke_eval_set_path
 from maxkernel.settings import get_settings
 
+# The suite's own switches pass through: its private cache, and estimates off (they are tested on their own).
+_KEEP = ("MAXKERNEL_CACHE_DIR", "MAXKERNEL_ESTIMATE")
+
 ROOT = Path(__file__).resolve().parents[2]
 AUTO = ROOT / "maxkernel" / "agents" / "auto"
 _CREDENTIALS = ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_CLOUD_PROJECT",
@@ -30,7 +33,7 @@ def _eval_extras():
 def offline_env(data_dir: Path) -> dict:
     """No model credentials, no MAXKERNEL_* from the developer, the replay model and a one-iteration budget."""
     env = {k: v for k, v in os.environ.items()
-           if k not in _CREDENTIALS and (not k.startswith("MAXKERNEL_") or k == "MAXKERNEL_CACHE_DIR")}
+           if k not in _CREDENTIALS and (not k.startswith("MAXKERNEL_") or k in _KEEP)}
     env.update(JAX_PLATFORMS="cpu", MAXKERNEL_MODEL="replay", MAXKERNEL_DATA_DIR=str(data_dir),
                MAXKERNEL_MAX_ITERATIONS="1")
     return env
@@ -66,7 +69,7 @@ async def test_agent_evaluator_runs_an_eval_set_from_pytest(tmp_path, monkeypatc
                          tmp_path / "one" / "jaxbench_one.evalset.json")
     shutil.copy(smoke_config_path(), one.with_name("test_config.json"))  # AgentEvaluator reads it from beside the set
 
-    for key in [k for k in os.environ if k.startswith("MAXKERNEL_") and k != "MAXKERNEL_CACHE_DIR"] + list(_CREDENTIALS):
+    for key in [k for k in os.environ if k.startswith("MAXKERNEL_") and k not in _KEEP] + list(_CREDENTIALS):
         monkeypatch.delenv(key, raising=False)
     for key, value in offline_env(tmp_path / "data").items():
         if key.startswith("MAXKERNEL_"):

@@ -11,13 +11,16 @@ from maxkernel.evals.judging import heldout_seeds
 from maxkernel.report import CPU_WARNING, REPLAY_WARNING, render_report
 from maxkernel.settings import get_settings
 
+# The suite's own switches pass through: its private cache, and estimates off (they are tested on their own).
+_KEEP = ("MAXKERNEL_CACHE_DIR", "MAXKERNEL_ESTIMATE")
+
 _CREDENTIALS = ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_CLOUD_PROJECT")
 
 
 @pytest.mark.slow
 @pytest.mark.integration
 def test_bench_agent_records_resumes_and_reports(tmp_path, monkeypatch):
-    for key in [k for k in os.environ if k.startswith("MAXKERNEL_") and k != "MAXKERNEL_CACHE_DIR"] + list(_CREDENTIALS):
+    for key in [k for k in os.environ if k.startswith("MAXKERNEL_") and k not in _KEEP] + list(_CREDENTIALS):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("MAXKERNEL_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("MAXKERNEL_MAX_ITERATIONS", "1")
