@@ -22,6 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from maxkernel import chips
+from maxkernel.harness.estimate_job import libtpu_version, task_dims
 from maxkernel.settings import get_settings
 
 __all__ = ["ProgramEstimate", "Estimate", "estimate", "estimate_program", "METHOD", "LABEL", "METHOD_VERSION",
@@ -159,15 +160,6 @@ def _cache_path(key: str) -> Path:
     return get_settings().cache_dir / "estimate" / f"{key}.json"
 
 
-def _libtpu_version() -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version("libtpu")
-    except Exception:  # noqa: BLE001
-        return None
-
-
 def _method_digest() -> str:
     """Hash of the estimator's own code: a changed method never reads an old method's cached figures."""
     from maxkernel.harness import estimate_job
@@ -180,7 +172,7 @@ def _method_digest() -> str:
 
 def _key(task, source: bytes, chip, size: str, tunables: dict | None, settings) -> str:
     parts = [_method_digest(), task.name, task.digest, hashlib.sha256(source).hexdigest(), chip.name, size,
-             json.dumps(tunables or {}, sort_keys=True), _libtpu_version(), settings.estimate_max_gflop,
+             json.dumps(tunables or {}, sort_keys=True), libtpu_version(), settings.estimate_max_gflop,
              settings.estimate_max_mb]
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
 
@@ -240,7 +232,7 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
     files = dict(task_files)
     if kernel:
         files["kernel.py"] = Path(kernel).read_bytes()
-    base = dict(ok=False, program=program, chip=chip.name, libtpu_flags=flags, libtpu=_libtpu_version())
+    base = dict(ok=False, program=program, chip=chip.name, libtpu_flags=flags, libtpu=libtpu_version())
     with WorkerPool(size=0, memory_mb=settings.estimate_memory_mb) as pool:
         res = pool.run(job, files, timeout or settings.estimate_timeout_s)
         try:
@@ -294,17 +286,11 @@ def _crash(base: dict, stderr: str, lines: list[dict], settings) -> ProgramEstim
 
 
 def _dims_order(task, is_kernel: bool) -> list[str]:
-    from maxkernel.harness.estimate_job import task_dims
-
     declared = getattr(task.module, "PARALLEL_DIMS", None)
     names = list(declared) if declared else [d for d in DEFAULT_PARALLEL_DIMS if d in task.config]
     if is_kernel:  # a Pallas program shows which dims only add parallel tiles: every dimension may be tried
-        names += [d for d in task_dims_safe(task) if d not in names]
+        names += [d for d in task_dims(task, "full") if d not in names]
     return names
-
-
-def task_dims_safe(task) -> list[str]:
-    return [k for k, v in task.config.items() if isinstance(v, int) and not isinstance(v, bool)]
 
 
 def _io_bytes(task, size: str) -> int:

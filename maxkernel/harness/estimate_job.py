@@ -17,7 +17,8 @@ import re
 import time
 from pathlib import Path
 
-__all__ = ["run", "PROGRESS_FILE", "DUMP_DIR", "parse_profile", "zero_cycle_bytes", "pallas_facts", "block_traffic"]
+__all__ = ["run", "PROGRESS_FILE", "DUMP_DIR", "parse_profile", "zero_cycle_bytes", "pallas_facts", "block_traffic",
+           "plan", "linear", "task_dims", "libtpu_version"]
 
 PROGRESS_FILE = "estimate.jsonl"
 DUMP_DIR = "llo_profile"
@@ -258,7 +259,7 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
     program, when the task names it parallel (its work then scales linearly with it).
     """
     full_dims = task_dims(task, base_size)
-    facts_full, _ = _signature(fn, _structs_at(task, None, base_size), chip)
+    facts_full, closed_full = _signature(fn, _structs_at(task, None, base_size), chip)
     work_flops = float(task.flops(base_size) or 0.0)
     work_bytes = float(budget["full_bytes"])
     cur = dict(full_dims)
@@ -319,7 +320,8 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
     return {"full_dims": full_dims, "shrunk_dims": [d for d in usable if cur[d] != full_dims[d]],
             "points": [{"dims": p, "x": ratio(p), "tiles": _tiles(facts_at[_key(p)]) if is_kernel else None,
                         "work": work(p)} for p in ladder],
-            "reached_budget": work(cur) <= _HARD_FACTOR, "rejected": rejected, "full_facts": facts_full}
+            "reached_budget": work(cur) <= _HARD_FACTOR, "rejected": rejected, "full_facts": facts_full,
+            "full_jaxpr": closed_full}
 
 
 def linear(points: list[dict], tolerance: float = 0.05) -> bool:
@@ -341,7 +343,7 @@ def _tiles(facts: dict) -> int:
 
 def run(job: dict, scratch: Path) -> dict:
     """job: {task, kernel (file in scratch, or None for the baseline), chip, size, tunables, budget, dims_order,
-    libtpu_flags (extra flags, e.g. a scoped-VMEM limit), allow_large}."""
+    libtpu_flags (extra flags, e.g. a scoped-VMEM limit)}."""
     dump = Path(scratch) / DUMP_DIR
     dump.mkdir(exist_ok=True)
     flags = [f"--xla_jf_dump_static_llo_profile_to={dump}", *job.get("libtpu_flags", [])]
@@ -374,17 +376,16 @@ def run(job: dict, scratch: Path) -> dict:
     except Exception as exc:  # noqa: BLE001
         full = str(exc)
         return {"status": "error", "stage": "lower", "error": compile_job.trim_error(exc), "hint": hint_for(full, chip)}
-    with chips_mod.trace_context(chip):
-        closed = jax.jit(fn).trace(*_structs_at(task, None, size)).jaxpr
-    traffic = block_traffic(closed) if steps["full_facts"]["pallas_calls"] else {"bytes": None, "notes": []}
-    _line(progress, {"plan": {k: v for k, v in steps.items() if k != "full_facts"}, "facts": steps["full_facts"],
-                     "block_traffic": traffic})
-    if not steps["reached_budget"] and not job.get("allow_large"):
+    traffic = (block_traffic(steps["full_jaxpr"]) if steps["full_facts"]["pallas_calls"]
+               else {"bytes": None, "notes": []})
+    _line(progress, {"plan": {k: v for k, v in steps.items() if k not in ("full_facts", "full_jaxpr")},
+                     "facts": steps["full_facts"], "block_traffic": traffic})
+    if not steps["reached_budget"]:
         return {"status": "error", "stage": "plan",
                 "error": ("cannot shrink the program below the profiling budget: "
                           + ("; ".join(f"{d}: {why}" for d, why in steps["rejected"].items()) or "no parallel dimension")),
                 "hint": "name the task's independent dimensions in its baseline.py PARALLEL_DIMS, or raise "
-                        "MAXKERNEL_ESTIMATE_MAX_GFLOP / allow a larger profile"}
+                        "MAXKERNEL_ESTIMATE_MAX_GFLOP / MAXKERNEL_ESTIMATE_MAX_MB"}
     device = compile_job._topology_device(chip)
     if isinstance(device, str):
         return {"status": "error", "stage": "compile", "error": device}
@@ -404,10 +405,10 @@ def run(job: dict, scratch: Path) -> dict:
                     "hint": hint_for(full, chip), "vmem_bytes": compile_job.vmem_from_error(full)}
         done.append({**point, **got})
         _line(progress, {"point": done[-1]})
-    return {"status": "ok", "libtpu": _libtpu_version()}
+    return {"status": "ok", "libtpu": libtpu_version()}
 
 
-def _libtpu_version() -> str | None:
+def libtpu_version() -> str | None:
     try:
         from importlib.metadata import version
 
