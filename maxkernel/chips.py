@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 __all__ = ["Chip", "CHIPS", "get", "from_device_kind", "detect", "roofline_seconds", "ridge_point"]
@@ -132,11 +134,26 @@ CHIPS: dict[str, Chip] = {
 }
 
 
+_ALIASES = {"tpu7x": "7x", "v7x": "7x", "v7": "7x", "ironwood": "7x", "trillium": "v6e", "v6": "v6e",
+            "v6lite": "v6e", "v5lite": "v5e", "v5": "v5p"}
+
+
+def canonical_name(name: str) -> str | None:
+    """The table's name for a chip as people and models write it ("TPU v5e", "v5litepod", "tpu-v6e",
+    "TPU v5 lite", "v5p-8"), or None when it names no chip maxkernel knows."""
+    raw = str(name).strip().lower()
+    raw = re.sub(r"-\d+$", "", raw)  # a slice size: "v5p-8", "v5litepod-16"
+    key = re.sub(r"[\s_\-]+", "", raw)
+    key = re.sub(r"^(cloud)?tpu", "", key) or key  # "tpu-v6e", "TPU v5e", "tpuv4"
+    key = re.sub(r"(pod|slice)$", "", key) or key  # "v5litepod"
+    key = _ALIASES.get(key, key)
+    return key if key in CHIPS else None
+
+
 def get(name: str) -> Chip:
-    """The chip called `name` (case-insensitive; "tpu7x"/"v7x" accepted for 7x)."""
-    key = name.strip().lower()
-    key = {"tpu7x": "7x", "v7x": "7x", "ironwood": "7x", "trillium": "v6e"}.get(key, key)
-    if key not in CHIPS:
+    """The chip called `name`, read leniently (see canonical_name); a ValueError lists the valid names."""
+    key = canonical_name(name)
+    if key is None:
         raise ValueError(f"unknown chip {name!r}; valid chips: {', '.join(CHIPS)}")
     return CHIPS[key]
 

@@ -89,7 +89,7 @@ async def _run(app, spec: str, size: str, session_uri, artifact_uri, session_id,
         await runner.close()
 
 
-def run_optimize(task: str, mode: str = "auto", model: str | None = None, size: str = "smoke",
+def run_optimize(task: str, mode: str = "auto", model: str | None = None, size: str | None = None,
                  out: str | Path | None = None, session_uri: str | None = None, artifact_uri: str | None = None,
                  session_id: str | None = None, progress: Callable[[str], None] | None = None) -> dict:
     """Run the autonomous agent on `task` and return the cli.md `optimize` document.
@@ -101,7 +101,10 @@ def run_optimize(task: str, mode: str = "auto", model: str | None = None, size: 
     from maxkernel.agentlib.models import is_replay
     from maxkernel.agentlib.replay.model import recorded_tasks
 
+    from maxkernel.agentlib.root._common import default_size
+
     progress = progress or (lambda _line: None)
+    size = size or default_size()  # full on attached TPU hardware, smoke on a CPU
     if mode == "hitl":
         raise OptimizeError(HITL_MESSAGE)
     if mode != "auto":
@@ -120,6 +123,7 @@ def run_optimize(task: str, mode: str = "auto", model: str | None = None, size: 
 
     result = state.get("result") or {}
     usage = state.get("usage") or {}
+    cost = usage.get("cost_usd", 0.0) if usage.get("priced", True) else None
     kernel = result.get("kernel")
     if out and kernel:
         dest = Path(out)
@@ -135,7 +139,14 @@ def run_optimize(task: str, mode: str = "auto", model: str | None = None, size: 
         "llm_calls": usage.get("llm_calls", 0),
         "tokens": usage.get("tokens", 0),
         # An unpriced model's cost is unknown, not zero.
-        "cost_usd": usage.get("cost_usd", 0.0) if usage.get("priced", True) else None,
+        "cost_usd": cost,
+        "usage": {key: usage.get(key, default) for key, default in (
+            ("llm_calls", 0), ("retries", 0), ("prompt_tokens", 0), ("output_tokens", 0), ("thought_tokens", 0),
+            ("cached_tokens", 0), ("tokens", 0), ("max_prompt_tokens_per_call", 0), ("prompt_tokens_per_call", []),
+            ("unpriced_models", []))} | {"cost_usd": cost},
+        "faults": state.get("faults") or [],
+        "failed_steps": result.get("failed_steps", (state.get("loop") or {}).get("failed_steps", 0)),
+        "tuned": result.get("tuned"),
         "session_id": sid,
         "task": state.get("task", spec),
         "size": state.get("size", size),
@@ -145,4 +156,6 @@ def run_optimize(task: str, mode: str = "auto", model: str | None = None, size: 
     }
     if replay:
         doc["model_label"] = REPLAY_LABEL
+    if state.get("faults_injected") is not None or any(n.startswith("faulty") for n in names.values()):
+        doc["faults_injected"] = state.get("faults_injected") or []
     return doc

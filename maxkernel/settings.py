@@ -34,6 +34,13 @@ class Settings(BaseSettings):
     model: str = Field(default="gemini-3.5-flash", description="Model for every agent unless role_models says otherwise.")
     role_models: dict[str, str] = Field(default_factory=dict,
                                         description='Per-role models, e.g. {"planner": "gemini-3.5-pro"} (JSON).')
+    model_attempts: int = Field(default=6, ge=1, description="Tries per model call (transient errors: 429, 5xx, "
+                                "timeouts, dropped connections) before the step counts as failed.")
+    model_retry_initial_s: float = Field(default=2.0, ge=0, description="First backoff wait; doubles each retry, with "
+                                         "jitter; a server's own retry delay is honoured.")
+    model_retry_max_s: float = Field(default=60.0, ge=0, description="Longest single backoff wait.")
+    model_timeout_s: float = Field(default=180.0, gt=0, description="Per-attempt limit of one model call.")
+    fault_seed: int = Field(default=0, description="Seed of the fault-injecting offline model (--model faulty).")
     # Credentials are read here only to tell a user, before any work, that a model cannot be reached.
     google_api_key: SecretStr | None = Field(default=None, validation_alias=AliasChoices("GOOGLE_API_KEY", "GEMINI_API_KEY"))
     google_genai_use_vertexai: bool = Field(default=False, validation_alias="GOOGLE_GENAI_USE_VERTEXAI")
@@ -51,7 +58,10 @@ class Settings(BaseSettings):
     patience: int = Field(default=2, ge=1, description="Stop after this many iterations without a faster kernel.")
     target_speedup: float | None = Field(default=None, description="Stop once a correct kernel is this much faster.")
     max_tokens: int | None = Field(default=None, description="Stop starting new steps past this many tokens.")
-    max_cost_usd: float | None = Field(default=None)
+    max_cost_usd: float | None = Field(default=None, description="Stop starting new steps past this estimated cost; "
+                                       "for a model without a price, the token budget below applies instead.")
+    unpriced_usd_per_mtok: float = Field(default=10.0, gt=0, description="For max_cost_usd with a model that has no "
+                                         "price: tokens are budgeted as if each million cost this much.")
     max_wall_s: float | None = Field(default=None)
     chip: str = Field(default="v5e", description="Target chip for compile checks, roofline, tuning and TPU estimates.")
 

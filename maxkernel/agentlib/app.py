@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from google.adk.apps import App
 
+from maxkernel.agentlib.guard import ToolGuardPlugin
 from maxkernel.agentlib.models import resolve_model
 from maxkernel.agentlib.sub_agents import ROLES
 from maxkernel.agentlib.usage import UsagePlugin
@@ -15,7 +16,8 @@ POLICIES = ("auto", "hitl", "search")
 
 def build_pool(model: str | None = None, *, single_turn: bool = False) -> list:
     """A fresh instance of every sub-agent (an ADK agent has one parent, so each root gets its own)."""
-    kw = {"mode": "single_turn"} if single_turn else {}
+    # Outside HITL each sub-agent sees its scoped instruction and its own current turn, not the transcript.
+    kw = {"mode": "single_turn"} if single_turn else {"include_contents": "none"}
     return [build(resolve_model(role, override=model), **kw) for role, build in ROLES.items()]
 
 
@@ -39,5 +41,6 @@ def build_root(policy: str, model: str | None = None):
 
 
 def build_app(policy: str, model: str | None = None, *, name: str | None = None) -> App:
-    """An ADK App for `policy`, with the usage plugin (LLM calls, tokens, cost)."""
-    return App(name=name or policy, root_agent=build_root(policy, model), plugins=[UsagePlugin()])
+    """An ADK App for `policy`, with the usage plugin (LLM calls, tokens, cost, retries) and the tool guard (a tool
+    never raises into the runner)."""
+    return App(name=name or policy, root_agent=build_root(policy, model), plugins=[UsagePlugin(), ToolGuardPlugin()])

@@ -6,13 +6,15 @@ import importlib.util
 
 from maxkernel.settings import Settings, get_settings
 
-__all__ = ["ModelConfigError", "resolve_model", "model_name", "check_credentials", "price_per_mtok", "is_replay"]
+__all__ = ["ModelConfigError", "resolve_model", "model_name", "check_credentials", "price_per_mtok", "is_replay",
+           "is_faulty"]
 
 # USD per million tokens (input, output); an estimate for reports, never a bill. Unknown models cost None.
 _PRICES = {
     "gemini-3.5-pro": (1.25, 10.0), "gemini-3.5-flash": (0.30, 2.50), "gemini-2.5-pro": (1.25, 10.0),
     "gemini-2.5-flash": (0.30, 2.50), "gemini-2.5-flash-lite": (0.10, 0.40),
     "openai/gpt-5": (1.25, 10.0), "anthropic/claude-sonnet-4-5": (3.0, 15.0), "replay": (0.0, 0.0),
+    "faulty": (0.0, 0.0),
 }
 # LiteLLM providers and the variable that holds their key (ollama and other local servers need none).
 _PROVIDER_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "mistral": "MISTRAL_API_KEY",
@@ -32,7 +34,12 @@ def model_name(role: str | None = None, settings: Settings | None = None, overri
 
 
 def is_replay(name: str) -> bool:
-    return name == "replay"
+    """The offline models: the replay and the fault-injecting replay ("faulty", or "faulty:SEED")."""
+    return name == "replay" or is_faulty(name)
+
+
+def is_faulty(name: str) -> bool:
+    return name == "faulty" or name.startswith("faulty:")
 
 
 def check_credentials(name: str, settings: Settings | None = None) -> None:
@@ -62,22 +69,38 @@ def check_credentials(name: str, settings: Settings | None = None) -> None:
         if key and not os.environ.get(key):
             raise ModelConfigError(f"model {name} needs {key} set")
         return
-    raise ModelConfigError(f"unknown model {name!r}: use a gemini-* name, a LiteLLM 'provider/model' string, or replay")
+    raise ModelConfigError(f"unknown model {name!r}: use a gemini-* name, a LiteLLM 'provider/model' string, replay, "
+                           "or faulty (the replay with injected faults)")
 
 
 def resolve_model(role: str, settings: Settings | None = None, override: str | None = None):
-    """The model object or name ADK should use for `role` (credentials checked first)."""
-    name = model_name(role, settings, override)
-    check_credentials(name, settings)
-    if is_replay(name):
+    """The model ADK should use for `role` (credentials checked first), inside the retry/timeout wrapper."""
+    from maxkernel.agentlib.resilience import ResilientLlm
+
+    s = settings or get_settings()
+    name = model_name(role, s, override)
+    check_credentials(name, s)
+    timeout = s.model_timeout_s
+    if is_faulty(name):
+        from maxkernel.agentlib.replay.faulty import FaultyLlm
+
+        seed = int(name.split(":", 1)[1]) if ":" in name else s.fault_seed
+        inner = FaultyLlm(role=role, seed=seed)
+        timeout = min(timeout, inner.call_timeout_s)  # its injected hang costs seconds, not minutes
+    elif is_replay(name):
         from maxkernel.agentlib.replay import ReplayLlm
 
-        return ReplayLlm(role=role)
-    if name.startswith("gemini"):
-        return name
-    from google.adk.models.lite_llm import LiteLlm
+        inner = ReplayLlm(role=role)
+    elif name.startswith("gemini"):
+        from google.adk.models.google_llm import Gemini
 
-    return LiteLlm(model=name)
+        inner = Gemini(model=name)  # API key or Vertex AI from the environment, as google-genai reads it
+    else:
+        from google.adk.models.lite_llm import LiteLlm
+
+        inner = LiteLlm(model=name)
+    return ResilientLlm(model=inner.model, inner=inner, attempts=s.model_attempts,
+                        initial_delay_s=s.model_retry_initial_s, max_delay_s=s.model_retry_max_s, timeout_s=timeout)
 
 
 def price_per_mtok(name: str) -> tuple[float, float] | None:

@@ -12,8 +12,9 @@ __all__ = ["optimize"]
 @click.command()
 @click.option("--task", required=True, help="a suite task name or a JAXBench-style task folder")
 @click.option("--mode", default="auto", show_default=True, type=click.Choice(["auto", "hitl"]))
-@click.option("--model", default=None, help="model for every agent: gemini-*, provider/model (LiteLLM) or replay")
-@click.option("--size", default="smoke", show_default=True, type=click.Choice(SIZES))
+@click.option("--model", default=None, help="model for every agent: gemini-*, provider/model (LiteLLM), replay, or "
+              "faulty (the replay with injected 429s, timeouts, bad tool calls)")
+@click.option("--size", default=None, type=click.Choice(SIZES), help="smoke (default on a CPU) or full (default on a TPU)")
 @click.option("--out", default=None, type=click.Path(file_okay=False),
               help="folder for the best kernel (kernel.py) and its verdict.json")
 @click.option("--session-uri", default=None, help="sqlite:///path (default), memory://, agentengine://ID, ...")
@@ -22,7 +23,10 @@ __all__ = ["optimize"]
 @json_option
 def optimize(task, mode, model, size, out, session_uri, artifact_uri, session_id, as_json) -> None:
     """Run the autonomous agent on one task (HITL runs in adk web)."""
-    check_size(check_task(task), size)
+    if size:
+        check_size(check_task(task), size)
+    else:
+        check_task(task)
     from maxkernel.optimize import OptimizeError, run_optimize
 
     try:
@@ -40,5 +44,8 @@ def optimize(task, mode, model, size, out, session_uri, artifact_uri, session_id
     cost = "unknown cost" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}"
     lines.append(f"{r['iterations']} iterations, {r['llm_calls']} LLM calls, {r['tokens']} tokens, {cost}"
                  + (" (replay model)" if r["replay"] else f" ({r['model']})"))
+    if r.get("faults"):
+        kinds = sorted({f["kind"] for f in r["faults"]})
+        lines.append(f"{len(r['faults'])} faults handled ({', '.join(kinds)}); {r['failed_steps']} failed steps")
     lines.append(f"session: {r['session_id']}")
     emit(as_json, r, "\n".join(lines))

@@ -51,6 +51,7 @@ async def _build(job: NodeJob, search_key: str, config, progress) -> Produced:
     from google.genai import types
 
     from maxkernel.agentlib.app import build_root
+    from maxkernel.agentlib.guard import ToolGuardPlugin
     from maxkernel.agentlib.usage import UsagePlugin
     from maxkernel.search.workers import LimitsPlugin
 
@@ -59,13 +60,17 @@ async def _build(job: NodeJob, search_key: str, config, progress) -> Produced:
     if job.parent_source is not None:
         (job.workspace / "parent_kernel.py").write_text(job.parent_source)
     limits = LimitsPlugin()
-    app = App(name="search", root_agent=build_root("search", config.model), plugins=[UsagePlugin(), limits])
+    app = App(name="search", root_agent=build_root("search", config.model), plugins=[UsagePlugin(), ToolGuardPlugin(), limits])
     sessions = InMemorySessionService()
     runner = Runner(app=app, session_service=sessions, artifact_service=InMemoryArtifactService())
     state = {"task": config.task, "size": config.size, "chip": config.chip, "workspace": str(job.workspace),
              "iteration": job.depth, "debug_round": 0, "advice": job.strategy_text, "best_summary": job.parent_summary,
              SEARCH_KEY: search_key, "memo_scope": job.memo_scope, "node_id": job.node_id,
-             "profile": config.profile and job.profile, "max_debug_rounds": config.limits.max_debug_rounds}
+             "profile": config.profile and job.profile, "max_debug_rounds": config.limits.max_debug_rounds,
+             # The sub-agents' scoped context: the parent node's kernel is the best they start from.
+             "best_kernel": {"source": job.parent_source, "summary": f"the parent node: {job.parent_summary}"}
+             if job.parent_source else None,
+             "ledger": [f"parent node: {job.parent_summary}"] if job.parent_summary else []}
     notes: list[str] = []
     try:
         session = await sessions.create_session(app_name=app.name, user_id=USER, state=state)

@@ -65,6 +65,31 @@ def declared_tunables(source: str) -> tuple[dict[str, tuple], dict]:
     return space, defaults
 
 
+def with_defaults(source: str, config: dict) -> str:
+    """`source` with workload()'s keyword-only defaults set to `config`'s values (only those keywords' default
+    expressions change; everything else in the file stays byte for byte). A keyword workload() does not have
+    raises ValueError."""
+    tree = ast.parse(source)
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "workload"), None)
+    if fn is None:
+        raise ValueError("the kernel defines no workload()")
+    where = {a.arg: d for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults) if d is not None}
+    missing = sorted(set(config) - set(where))
+    if missing:
+        raise ValueError(f"workload() has no keyword default for {', '.join(missing)}")
+    lines = source.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line.encode()))
+    data = source.encode()
+    edits = sorted(((offsets[where[k].lineno - 1] + where[k].col_offset,
+                     offsets[where[k].end_lineno - 1] + where[k].end_col_offset, repr(v)) for k, v in config.items()),
+                   reverse=True)
+    for start, end, text in edits:
+        data = data[:start] + text.encode() + data[end:]
+    return data.decode()
+
+
 def _order(space: dict[str, tuple], defaults: dict) -> list[dict]:
     """The default first, then larger blocks first (fewer grid steps; VMEM overflow is pruned cheaply)."""
     names = sorted(space)

@@ -142,5 +142,5 @@ def compile_pallas(task: str, kernel: str, chip: str = "v5e", size: str = "full"
         chip's scoped limit, and the roofline bound when the kernel declares a cost estimate.
     """
     if chip != "native":
-        chips.get(chip)  # raises a ValueError listing the valid names
+        chip = chips.get(chip).name  # "TPU v5e" means v5e; an unknown name raises a ValueError listing the valid ones
     return compile_many(task, kernel, [chip], None, size)[0]

@@ -4,17 +4,37 @@ from __future__ import annotations
 
 from google.adk.tools import ToolContext
 
+from maxkernel import chips
 from maxkernel.settings import get_settings
+from maxkernel.tools.errors import tool_error
 from maxkernel.tools.workspace import WorkspaceError, resolve, workspace_dir
 
 __all__ = ["compile_kernel", "test_kernel", "profile_kernel", "estimate_kernel", "tune_kernel"]
 
 
 def _kernel(path: str, tool_context: ToolContext) -> str:
-    target = resolve(workspace_dir(tool_context), path)
+    target = resolve(workspace_dir(tool_context), str(path or "kernel.py"))
     if not target.is_file():
         raise WorkspaceError(f"no file {path!r} in the workspace: write the kernel first")
     return str(target)
+
+
+def _chip(chip: str, tool_context: ToolContext) -> str:
+    """The chip a model named, read leniently ("TPU v5e" is v5e); the session's chip when none is named."""
+    name = str(chip or "").strip() or tool_context.state.get("chip") or get_settings().chip
+    canonical = chips.canonical_name(name)
+    if canonical is None or not chips.CHIPS[canonical].is_tpu and canonical not in ("h100", "h200"):
+        raise WorkspaceError(f"unknown chip {chip!r}")
+    return canonical
+
+
+def _bad(exc: Exception) -> dict:
+    text = str(exc)
+    if text.startswith("unknown chip"):
+        return tool_error(text, "valid chips: v4, v5e, v5p, v6e, 7x (\"TPU v5e\", \"v5litepod\" also work); "
+                          "or leave chip empty for the session's chip")
+    return tool_error(text, "give a file in the workspace (list_files shows them), e.g. kernel.py",
+                      kind="missing_file" if text.startswith("no file") else "bad_argument")
 
 
 def compile_kernel(tool_context: ToolContext, path: str = "kernel.py", chip: str = "") -> dict:
@@ -30,10 +50,9 @@ def compile_kernel(tool_context: ToolContext, path: str = "kernel.py", chip: str
     from maxkernel.tools.compile_pallas import compile_pallas
 
     try:
-        kernel = _kernel(path, tool_context)
+        kernel, chip = _kernel(path, tool_context), _chip(chip, tool_context)
     except WorkspaceError as exc:
-        return {"ok": False, "summary": str(exc)}
-    chip = chip or tool_context.state.get("chip") or get_settings().chip
+        return _bad(exc)
     return compile_pallas(tool_context.state["task"], kernel, chip, "full").model_dump()
 
 
@@ -52,7 +71,7 @@ def test_kernel(tool_context: ToolContext, path: str = "kernel.py") -> dict:
     try:
         kernel = _kernel(path, tool_context)
     except WorkspaceError as exc:
-        return {"ok": False, "summary": str(exc)}
+        return _bad(exc)
     return run_tests(tool_context.state["task"], kernel, tool_context.state.get("size", "smoke")).model_dump()
 
 
@@ -70,7 +89,7 @@ def profile_kernel(tool_context: ToolContext, path: str = "kernel.py") -> dict:
     try:
         kernel = _kernel(path, tool_context)
     except WorkspaceError as exc:
-        return {"ok": False, "summary": str(exc)}
+        return _bad(exc)
     out = workspace_dir(tool_context) / "profiles"
     r = xprof_capture(tool_context.state["task"], kernel, tool_context.state.get("size", "smoke"),
                       out_dir=str(out / f"{len(list(out.glob('*'))) if out.exists() else 0}"),
@@ -99,7 +118,7 @@ def estimate_kernel(tool_context: ToolContext, path: str = "kernel.py") -> dict:
     try:
         kernel = _kernel(path, tool_context)
     except WorkspaceError as exc:
-        return {"ok": False, "summary": str(exc)}
+        return _bad(exc)
     chip = tool_context.state.get("chip") or get_settings().chip
     r = estimate_tpu_time(tool_context.state["task"], kernel, chip, "full")
     return r.model_dump(include={"ok", "summary", "label", "chip", "estimated_ms", "baseline_estimated_ms",
@@ -122,9 +141,18 @@ def tune_kernel(tool_context: ToolContext, path: str = "kernel.py", max_configs:
     try:
         kernel = _kernel(path, tool_context)
     except WorkspaceError as exc:
-        return {"ok": False, "summary": str(exc)}
+        return _bad(exc)
+    try:
+        max_configs = max(1, min(int(max_configs), 64))
+    except (TypeError, ValueError):
+        return tool_error(f"max_configs must be a whole number, got {max_configs!r}", "e.g. max_configs=8")
     r = autotune(tool_context.state["task"], kernel, chip=tool_context.state.get("chip") or get_settings().chip,
                  size=tool_context.state.get("size", "smoke"), max_configs=max_configs)
+    if r.ok and r.best:
+        # The loop writes these values into the kernel file and has the harness judge the tuned file.
+        tool_context.state["last_tune"] = {"path": path, "config": r.best.get("config"), "default": r.default,
+                                           "speedup_vs_default": r.best.get("speedup_vs_default"),
+                                           "timing_label": r.timing_label}
     d = r.model_dump()
     d["tried"] = d["tried"][:12]
     return d

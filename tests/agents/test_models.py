@@ -10,6 +10,8 @@ import pytest
 
 from maxkernel.agentlib.models import ModelConfigError, check_credentials, price_per_mtok, resolve_model
 from maxkernel.agentlib.replay import ReplayLlm
+from maxkernel.agentlib.resilience import ResilientLlm
+from google.adk.models.google_llm import Gemini
 from maxkernel.settings import Settings
 
 pytestmark = pytest.mark.unit
@@ -48,9 +50,16 @@ def test_gemini_without_api_key_says_what_to_set():
     assert "replay" in msg  # the offline way out is named too
 
 
+def _inner(model):
+    """The model inside the retry/timeout wrapper every role gets."""
+    assert isinstance(model, ResilientLlm), model
+    return model.inner
+
+
 def test_gemini_with_api_key_resolves_to_the_name():
-    assert resolve_model("planner", settings(model="gemini-2.5-flash", GOOGLE_API_KEY="k")) == "gemini-2.5-flash"
-    assert resolve_model("planner", settings(model="gemini-2.5-flash", GEMINI_API_KEY="k")) == "gemini-2.5-flash"
+    for key in ("GOOGLE_API_KEY", "GEMINI_API_KEY"):
+        model = resolve_model("planner", settings(model="gemini-2.5-flash", **{key: "k"}))
+        assert isinstance(_inner(model), Gemini) and model.model == _inner(model).model == "gemini-2.5-flash"
     with pytest.raises(ModelConfigError):
         check_credentials("gemini-2.5-flash", settings(GOOGLE_API_KEY=""))
 
@@ -61,8 +70,8 @@ def test_gemini_on_vertex_needs_a_project():
     assert "Vertex AI" in str(err.value) and "GOOGLE_CLOUD_PROJECT" in str(err.value)
     vertex = settings(GOOGLE_GENAI_USE_VERTEXAI=True, GOOGLE_CLOUD_PROJECT="p", GOOGLE_CLOUD_LOCATION="us-central1")
     check_credentials("gemini-2.5-pro", vertex)  # no API key needed on Vertex
-    assert resolve_model("planner", settings(model="gemini-2.5-pro", GOOGLE_GENAI_USE_VERTEXAI=True,
-                                             GOOGLE_CLOUD_PROJECT="p")) == "gemini-2.5-pro"
+    assert _inner(resolve_model("planner", settings(model="gemini-2.5-pro", GOOGLE_GENAI_USE_VERTEXAI=True,
+                                                    GOOGLE_CLOUD_PROJECT="p"))).model == "gemini-2.5-pro"
 
 
 def test_litellm_string_without_litellm_installed(monkeypatch):
@@ -90,16 +99,16 @@ def test_unknown_model_names(name):
 
 
 def test_replay_resolves_per_role():
-    model = resolve_model("debugger", settings(model="replay"))
+    model = _inner(resolve_model("debugger", settings(model="replay")))
     assert isinstance(model, ReplayLlm) and model.role == "debugger" and model.model == "replay"
 
 
 def test_role_models_override_per_role():
     s = settings(model="replay", role_models={"planner": "gemini-2.5-pro"}, GOOGLE_API_KEY="k")
-    assert resolve_model("planner", s) == "gemini-2.5-pro"
-    assert isinstance(resolve_model("implementer", s), ReplayLlm)
+    assert _inner(resolve_model("planner", s)).model == "gemini-2.5-pro"
+    assert isinstance(_inner(resolve_model("implementer", s)), ReplayLlm)
     # An explicit override (the CLI's --model) beats both.
-    assert resolve_model("planner", s, override="replay").role == "planner"
+    assert _inner(resolve_model("planner", s, override="replay")).role == "planner"
     # A role's own model is checked like any other: no key, clear error, even when the default is replay.
     with pytest.raises(ModelConfigError, match="GOOGLE_API_KEY"):
         resolve_model("planner", settings(model="replay", role_models={"planner": "gemini-2.5-pro"}))
@@ -109,7 +118,7 @@ def test_role_models_from_json_environment(monkeypatch):
     monkeypatch.setenv("MAXKERNEL_ROLE_MODELS", '{"profiler": "replay"}')
     monkeypatch.setenv("MAXKERNEL_MODEL", "gemini-2.5-flash")
     s = settings()
-    assert isinstance(resolve_model("profiler", s), ReplayLlm)
+    assert isinstance(_inner(resolve_model("profiler", s)), ReplayLlm)
     with pytest.raises(ModelConfigError):
         resolve_model("planner", s)
 

@@ -18,7 +18,7 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 
-__all__ = ["ReplayLlm", "recorded_tasks", "LABEL"]
+__all__ = ["ReplayLlm", "recorded_tasks", "LABEL", "field"]
 
 LABEL = "[replay]"
 
@@ -33,7 +33,8 @@ def recorded_tasks() -> list[str]:
     return sorted(p.name[:-5] for p in resources.files(__package__).iterdir() if p.name.endswith(".json"))
 
 
-def _field(text: str, name: str) -> str:
+def field(text: str, name: str) -> str:
+    """The value of a "Name: value" line of an instruction."""
     m = re.search(rf"^{name}:[ \t]*(\S*)", text or "", re.M)
     return m.group(1) if m else ""
 
@@ -67,16 +68,26 @@ class ReplayLlm(BaseLlm):
             content = self._route(llm_request, parts, responses)
         else:
             content = self._turn(instruction, responses)
-        n_in = sum(len(str(c)) for c in llm_request.contents) // 4
-        n_out = len(str(content)) // 4
-        yield LlmResponse(content=content, usage_metadata=types.GenerateContentResponseUsageMetadata(
-            prompt_token_count=n_in, candidates_token_count=n_out, total_token_count=n_in + n_out))
+        yield self._response(llm_request, content)
+
+    @staticmethod
+    def _response(llm_request: LlmRequest, content: types.Content, **meta) -> LlmResponse:
+        """The answer with a token count a real endpoint would bill: ~4 characters a token over the whole prompt
+        (system instruction, conversation, tool declarations) and the answer."""
+        config = llm_request.config
+        prompt = str(config.system_instruction or "") if config else ""
+        prompt += "".join(str(c) for c in llm_request.contents)
+        prompt += "".join(str(t) for t in (config.tools or [])) if config else ""
+        n_in, n_out = len(prompt) // 4, len(str(content)) // 4
+        return LlmResponse(content=content, custom_metadata=meta or None,
+                           usage_metadata=types.GenerateContentResponseUsageMetadata(
+                               prompt_token_count=n_in, candidates_token_count=n_out, total_token_count=n_in + n_out))
 
     # -- sub-agents: recorded turns ------------------------------------------------------------------------
     def _turn(self, instruction: str, responses) -> types.Content:
-        task = _field(instruction, "Task")
-        iteration = int(_field(instruction, "Iteration") or 1)
-        debug_round = int(_field(instruction, "Debug round") or 0)
+        task = field(instruction, "Task")
+        iteration = int(field(instruction, "Iteration") or 1)
+        debug_round = int(field(instruction, "Debug round") or 0)
         rec = _recording(task) or _recording(task.rstrip("/").split("/")[-1])
         turn = self._find(rec, iteration, debug_round) if rec else None
         if responses:  # our tool calls came back: end the turn with the recorded note

@@ -12,7 +12,7 @@ from google.genai import types
 
 from maxkernel.settings import get_settings
 
-__all__ = ["find_task", "one_line", "say", "save_text_artifact", "session_setup"]
+__all__ = ["attached_tpu", "default_size", "find_task", "one_line", "say", "save_text_artifact", "session_setup"]
 
 _TASK = re.compile(r"\b(\d{1,2}[pk]_[A-Za-z0-9_]+)\b")
 _SIZE = re.compile(r"\b(smoke|full)\b")
@@ -41,14 +41,43 @@ def request_text(ctx: InvocationContext) -> str:
     return " ".join(p.text for p in (content.parts if content else []) if p.text) if content else ""
 
 
+def attached_tpu() -> str | None:
+    """The chip of an attached TPU (this process's JAX backend), or None off a TPU. Without a TPU device node
+    (/dev/accel*, /dev/vfio) JAX is not asked, so a CPU machine never starts libtpu's runtime."""
+    import glob
+    import os
+
+    if not (glob.glob("/dev/accel*") or glob.glob("/dev/vfio")) or os.environ.get("JAX_PLATFORMS") == "cpu":
+        return None
+    try:
+        import jax
+
+        if jax.default_backend() != "tpu":
+            return None
+        from maxkernel import chips
+
+        chip = chips.from_device_kind(jax.devices()[0].device_kind)
+        return chip.name if chip else None
+    except Exception:  # noqa: BLE001 - no usable backend: not on a TPU
+        return None
+
+
+def default_size() -> str:
+    """`full` on attached TPU hardware, where the benchmark's shapes run for real; `smoke` on a CPU."""
+    return "full" if attached_tpu() else "smoke"
+
+
 def session_setup(ctx: InvocationContext, task: str) -> dict:
-    """State for a new run: the task, size, chip and the session's workspace folder."""
+    """State for a new run: the task, size, chip and the session's workspace folder. On a TPU the chip is the
+    attached one and the default size is full."""
     s = get_settings()
     text = request_text(ctx)
-    size = (_SIZE.search(text).group(1) if _SIZE.search(text) else None) or ctx.session.state.get("size") or "smoke"
+    size = (_SIZE.search(text).group(1) if _SIZE.search(text) else None) or ctx.session.state.get("size") \
+        or default_size()
     ws = s.data_dir / "workspaces" / ctx.session.id
     ws.mkdir(parents=True, exist_ok=True)
-    return {"task": task, "size": size, "chip": ctx.session.state.get("chip") or s.chip, "workspace": str(ws)}
+    chip = ctx.session.state.get("chip") or attached_tpu() or s.chip
+    return {"task": task, "size": size, "chip": chip, "workspace": str(ws)}
 
 
 def say(ctx: InvocationContext, author: str, text: str, delta: dict | None = None) -> Event:

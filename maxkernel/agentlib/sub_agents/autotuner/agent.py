@@ -10,5 +10,5 @@ NAME = "autotuner"
 
 def build(model, **kw) -> Agent:
     return Agent(name=NAME, model=model, description="Tunes kernel.py's TUNABLES and writes the best as defaults.",
-                 instruction=prompt.INSTRUCTION, output_key="tuning_note",
+                 instruction=prompt.instruction, output_key="tuning_note",
                  tools=[session_tools.tune_kernel, workspace.read_file, workspace.write_file], **kw)

@@ -1,11 +1,19 @@
-"""The autotuner's instruction."""
+"""The autotuner's instruction: built per call from session state."""
 
-from maxkernel.agentlib.sub_agents._common import CONTEXT
+from maxkernel.agentlib.sub_agents._common import context, provider, scoped
 
-INSTRUCTION = CONTEXT + """
-You are the autotuner. Search the kernel's declared TUNABLES with tune_kernel. If it finds a configuration
-faster than the current defaults, make those values the keyword defaults of workload() in kernel.py
-(read_file, then write_file with the whole file, changing nothing else). If the kernel declares no TUNABLES,
-say so and change nothing.
+ROLE = """
+You are the autotuner. Search the kernel's declared TUNABLES with tune_kernel. The loop writes the best
+configuration it finds into kernel.py's keyword defaults and has the harness judge the tuned file, so you need
+not edit the file. If the kernel declares no TUNABLES, say so and change nothing.
 
-Answer with the best configuration and its speedup over the old defaults, in one sentence."""
+"""
+
+ANSWER = "\nAnswer with the best configuration and its speedup over the old defaults, in one sentence."
+
+
+def _build(state) -> str:
+    return context(state) + ROLE + scoped(state, plan=False, best=False, ledger=False) + ANSWER
+
+
+instruction = provider(_build)

@@ -10,6 +10,6 @@ NAME = "debugger"
 
 def build(model, **kw) -> Agent:
     return Agent(name=NAME, model=model, description="Fixes kernel.py from compile or test failures.",
-                 instruction=prompt.INSTRUCTION, output_key="debug_note",
+                 instruction=prompt.instruction, output_key="debug_note",
                  tools=[workspace.read_file, workspace.write_file, session_tools.compile_kernel,
                         session_tools.test_kernel, lookup.pallas_api, lookup.chip_specs], **kw)

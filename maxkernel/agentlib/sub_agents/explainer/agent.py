@@ -10,6 +10,6 @@ NAME = "explainer"
 
 def build(model, **kw) -> Agent:
     return Agent(name=NAME, model=model, description="Answers questions about the kernel, plan, verdicts and profiles.",
-                 instruction=prompt.INSTRUCTION,
+                 instruction=prompt.instruction,
                  tools=[workspace.read_file, workspace.list_files, lookup.task_info, lookup.chip_specs,
                         lookup.pallas_api], **kw)

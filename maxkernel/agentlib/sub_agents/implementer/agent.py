@@ -10,6 +10,6 @@ NAME = "implementer"
 
 def build(model, **kw) -> Agent:
     return Agent(name=NAME, model=model, description="Writes kernel.py in the workspace from the plan.",
-                 instruction=prompt.INSTRUCTION, output_key="implementation_note",
+                 instruction=prompt.instruction, output_key="implementation_note",
                  tools=[lookup.task_info, lookup.pallas_api, lookup.read_example, workspace.read_file,
                         workspace.write_file, workspace.list_files], **kw)

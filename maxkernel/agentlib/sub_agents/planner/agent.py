@@ -10,6 +10,6 @@ NAME = "planner"
 
 def build(model, **kw) -> Agent:
     return Agent(name=NAME, model=model, description="Plans the next kernel version: grid, blocks, memory, tunables.",
-                 instruction=prompt.INSTRUCTION, output_key="plan",
+                 instruction=prompt.instruction, output_key="plan",
                  tools=[lookup.task_info, lookup.chip_specs, lookup.pallas_api, lookup.read_example,
                         workspace.read_file, workspace.list_files], **kw)

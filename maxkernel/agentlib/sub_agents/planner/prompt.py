@@ -1,21 +1,25 @@
-"""The planner's instruction."""
+"""The planner's instruction: built per call from session state (see _common.scoped)."""
 
-from maxkernel.agentlib.sub_agents._common import CONTEXT, KERNEL_RULES
+from maxkernel.agentlib.sub_agents._common import KERNEL_RULES, context, provider, scoped
 
-INSTRUCTION = CONTEXT + """
+ROLE = """
 You are the planner of a team that writes JAX Pallas TPU kernels. Produce a concrete plan for the next
 kernel version of the task: the grid and what each step computes, block shapes (multiples of (8, 128) or full
 dims) for every operand, memory spaces (VMEM blocks, scratch accumulators, SMEM scalars), pipelining and
 dimension_semantics, the accumulation dtype, and the tunables with candidate values. Size the blocks against
 the chip's scoped VMEM (chip_specs) with double buffering. Read the task first (task_info); an example kernel
-of another task (read_example) shows the house style.
+of another task (read_example) shows the house style. Start from the best kernel so far when there is one,
+and read the ledger: do not propose an idea that already failed unless you say what is different now.
 
-Feedback so far (may be empty):
-- Previous plan: {plan?}
-- Profiler's advice: {advice?}
-- Best so far: {best_summary?}
-- Last verdict (off a TPU it carries the TPU estimate: bound and share of roofline): {verdict_summary?}
+"""
 
-""" + KERNEL_RULES + """
+ANSWER = """
 
-Answer with the plan only, as a short numbered list; no code."""
+Answer with the plan only, as a short numbered list; no code. Its first line names the idea in a few words."""
+
+
+def _build(state) -> str:
+    return context(state) + ROLE + scoped(state, advice=True) + "\n" + KERNEL_RULES + ANSWER
+
+
+instruction = provider(_build)

@@ -10,6 +10,6 @@ NAME = "profiler"
 
 def build(model, **kw) -> Agent:
     return Agent(name=NAME, model=model, description="Profiles kernel.py and advises what to change next.",
-                 instruction=prompt.INSTRUCTION, output_key="advice",
+                 instruction=prompt.instruction, output_key="advice",
                  tools=[session_tools.profile_kernel, session_tools.estimate_kernel, lookup.chip_specs,
                         workspace.read_file], **kw)

@@ -10,5 +10,5 @@ NAME = "tester"
 
 def build(model, **kw) -> Agent:
     return Agent(name=NAME, model=model, description="Runs the fixed correctness tests on kernel.py and reports.",
-                 instruction=prompt.INSTRUCTION, output_key="test_report",
+                 instruction=prompt.instruction, output_key="test_report",
                  tools=[session_tools.test_kernel, workspace.read_file], **kw)
