@@ -66,6 +66,8 @@ class ToolGuardPlugin(BasePlugin):
         if not isinstance(result, dict) or tool_context.function_call_id in self._answered:
             self._answered.discard(tool_context.function_call_id)
             return None
+        if getattr(tool_context, "tool_confirmation", None) is not None:
+            return None  # a person's answer to a confirmation (e.g. a rejected plan): not a fault, left as ADK says
         if result.get("status") == "error":
             message = result.get("message", "")
             structured = result
@@ -76,7 +78,8 @@ class ToolGuardPlugin(BasePlugin):
             hint = {"unknown_tool": "call only the tools listed in your instructions",
                     "malformed_tool_call": "call it again with every required argument, spelled as declared"}.get(
                 kind, "read the message, fix the arguments and call again")
-            structured = {**tool_error(message, hint, kind=kind), **{k: v for k, v in result.items() if k != "error"}}
+            # The original "error" text stays beside the structured fields, for callers that read it.
+            structured = {**tool_error(message, hint, kind=kind), **result}
         else:
             return None
         kind = _classify(structured.get("message", message), structured)

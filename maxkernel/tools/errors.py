@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["tool_error", "is_error"]
+__all__ = ["tool_error"]
 
 
 def tool_error(message: str, hint: str = "", kind: str = "bad_argument", **extra) -> dict:
@@ -13,7 +13,3 @@ def tool_error(message: str, hint: str = "", kind: str = "bad_argument", **extra
     return {"status": "error", "ok": False, "error_kind": kind, "message": message, "hint": hint, "summary": summary,
             **extra}
 
-
-def is_error(result) -> bool:
-    return isinstance(result, dict) and (result.get("status") == "error" or (
-        "error" in result and isinstance(result.get("error"), str) and len(result) <= 3))
