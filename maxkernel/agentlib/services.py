@@ -4,11 +4,12 @@ Engine and Google Cloud Storage for teams."""
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 from maxkernel.settings import Settings, get_settings
 
-__all__ = ["session_service", "artifact_service", "default_session_uri", "default_artifact_uri"]
+__all__ = ["session_service", "artifact_service", "agent_engine", "default_session_uri", "default_artifact_uri"]
 
 
 def default_session_uri(s: Settings | None = None) -> str:
@@ -25,6 +26,19 @@ def _need(module: str, what: str) -> None:
     """A clear error, before any work, when a team store's client library is not installed."""
     if importlib.util.find_spec(module.split(".")[0]) is None or importlib.util.find_spec(module) is None:
         raise ValueError(f"{what} needs the gcp extra: pip install 'maxkernel[gcp]' (missing {module})")
+
+
+def agent_engine(uri: str) -> tuple[str | None, str | None, str]:
+    """(project, location, engine id) from agentengine://ID, agentengine://projects/P/locations/L/reasoningEngines/ID
+    or the bare full resource name; project and location are None when only an id is given."""
+    name = uri[len("agentengine://"):] if uri.startswith("agentengine://") else uri
+    m = re.fullmatch(r"/*projects/([^/]+)/locations/([^/]+)/reasoningEngines/([^/]+)/*", name)
+    if m:
+        return m.group(1), m.group(2), m.group(3)
+    if not name or "/" in name.strip("/"):
+        raise ValueError(f"Agent Engine {uri!r} not understood: use agentengine://ID or "
+                         "projects/P/locations/L/reasoningEngines/ID")
+    return None, None, name.strip("/")
 
 
 def session_service(uri: str | None = None):
@@ -46,11 +60,12 @@ def session_service(uri: str | None = None):
         _need("agentplatform", "a Vertex AI Agent Engine session store")
         from google.adk.sessions import VertexAiSessionService
 
-        engine = uri[len("agentengine://"):] if uri.startswith("agentengine://") else uri
-        if not s.google_cloud_project:
-            raise ValueError("a Vertex AI Agent Engine session store needs GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION")
-        return VertexAiSessionService(project=s.google_cloud_project, location=s.google_cloud_location,
-                                      agent_engine_id=engine)
+        project, location, engine = agent_engine(uri)
+        project, location = project or s.google_cloud_project, location or s.google_cloud_location
+        if not project:
+            raise ValueError("a Vertex AI Agent Engine session store needs GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION"
+                             " (or the full name projects/P/locations/L/reasoningEngines/ID)")
+        return VertexAiSessionService(project=project, location=location, agent_engine_id=engine)
     from google.adk.sessions import DatabaseSessionService
 
     return DatabaseSessionService(db_url=uri)

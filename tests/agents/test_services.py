@@ -45,3 +45,25 @@ def test_refusals_say_what_would_be_accepted(replay_env, monkeypatch):
                         lambda name, *a: None if name.startswith("google.cloud.storage") else real(name, *a))
     with pytest.raises(ValueError, match=r"gs:// artifact store needs the gcp extra: pip install 'maxkernel\[gcp\]'"):
         services.artifact_service("gs://bucket")
+
+
+@pytest.mark.parametrize("uri, parsed", [
+    ("agentengine://123", (None, None, "123")),
+    ("projects/p1/locations/europe-west4/reasoningEngines/456", ("p1", "europe-west4", "456")),
+    ("agentengine://projects/p1/locations/us-central1/reasoningEngines/789", ("p1", "us-central1", "789")),
+])
+def test_agent_engine_names_by_id_or_full_resource_name(uri, parsed):
+    assert services.agent_engine(uri) == parsed
+
+
+def test_a_malformed_agent_engine_name_is_refused():
+    with pytest.raises(ValueError, match="reasoningEngines/ID"):
+        services.agent_engine("agentengine://projects/p1/reasoningEngines/1")
+
+
+def test_a_full_resource_name_builds_the_store_without_project_settings(replay_env, monkeypatch):
+    pytest.importorskip("agentplatform")
+    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
+    replay_env()
+    svc = services.session_service("projects/p1/locations/europe-west4/reasoningEngines/456")
+    assert (svc._project, svc._location, svc._agent_engine_id) == ("p1", "europe-west4", "456")
