@@ -198,10 +198,14 @@ def run_bench_agent(tasks: list[str], mode: str = "auto", model: str | None = No
     if concurrency < 1:
         raise BenchError("--concurrency must be at least 1")
     _check(tasks, mode, model, size)
-    done = {r["task"] for r in load_records(out)}
+    records = load_records(out)
+    # A task that crashed (agent_error: a dead endpoint, a bug) is run again on resume; other results stand.
+    retry = sorted(r["task"] for r in records if r.get("failure") == "agent_error" and r["task"] in tasks)
+    done = {r["task"] for r in records} - set(retry)
     todo = [t for t in tasks if t not in done]
     progress(f"bench agent: {len(tasks)} tasks, {len(tasks) - len(todo)} already recorded in {out}, "
-             f"{len(todo)} to run ({mode}, at most {concurrency} at once)")
+             f"{len(todo)} to run ({mode}, at most {concurrency} at once)"
+             + (f"; retrying {len(retry)} that ended in agent_error: {', '.join(retry)}" if retry else ""))
     _write_json(out / "meta.json", {"mode": mode, "model": model, "size": size, "tasks": tasks})
 
     def one(task: str) -> dict:
