@@ -12,6 +12,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import click
 
+from maxkernel import pysource
+
 __all__ = ["UsageError", "Target", "preflight", "target_options", "json_option", "emit", "progress", "track",
            "check_task", "check_size", "check_chip"]
 
@@ -67,7 +69,7 @@ def declared_sizes(task) -> list[str] | None:
     """The sizes a task's baseline.py declares, read from its `SIZES = {...}` literal without importing it
     (importing a task imports jax); None when the file does not declare them as a literal."""
     try:
-        tree = ast.parse(task.baseline_file.read_text())
+        tree = pysource.parse(task.baseline_file.read_text())
     except (OSError, SyntaxError, ValueError):
         return None
     for node in tree.body:

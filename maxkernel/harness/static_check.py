@@ -6,6 +6,8 @@ import ast
 import string
 from pathlib import Path
 
+from maxkernel import pysource
+
 __all__ = ["check_source", "check_file", "ALLOWED_MODULES"]
 
 # Array math and pure-Python helpers: nothing here opens files, starts threads or walks the interpreter.
@@ -281,7 +283,7 @@ class _Checker(ast.NodeVisitor):
 def check_source(source: str, filename: str = "kernel.py") -> str | None:
     """None when the kernel source passes, else its first violation in source order, naming the line."""
     try:
-        tree = ast.parse(source, filename=filename)
+        tree = pysource.parse(source, filename)
     except SyntaxError as exc:
         return f"{filename} line {exc.lineno or 0}: does not parse: {exc.msg}"
     except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from maxkernel import pysource
 from maxkernel.harness.evaluate import shared_evaluator
 from maxkernel.settings import get_settings
 from maxkernel.tools.compile_pallas import compile_many
@@ -50,7 +51,7 @@ def declared_tunables(source: str) -> tuple[dict[str, tuple], dict]:
     TUNABLES must be a module-level literal mapping of keyword name -> candidate values; defaults are the
     keyword-only defaults of workload().
     """
-    tree = ast.parse(source)
+    tree = pysource.parse(source)
     space, defaults = {}, {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "TUNABLES" for t in node.targets):
@@ -69,7 +70,7 @@ def with_defaults(source: str, config: dict) -> str:
     """`source` with workload()'s keyword-only defaults set to `config`'s values (only those keywords' default
     expressions change; everything else in the file stays byte for byte). A keyword workload() does not have
     raises ValueError."""
-    tree = ast.parse(source)
+    tree = pysource.parse(source)
     fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "workload"), None)
     if fn is None:
         raise ValueError("the kernel defines no workload()")

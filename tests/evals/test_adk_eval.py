@@ -39,6 +39,9 @@ def offline_env(data_dir: Path) -> dict:
     return env
 
 
+# Two cases, judged at once in adk eval's threads: about two minutes alone, several times that beside CI's
+# other workers; the subprocess's own limit is the real one.
+@pytest.mark.timeout(960)
 def test_adk_eval_cli_passes_the_smoke_set_offline(tmp_path):
     # adk eval keeps its results in <agent folder>/.adk/eval_history: it runs a copy of the app's folder, so
     # they land under tmp_path and not in the package.

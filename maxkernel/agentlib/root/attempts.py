@@ -8,6 +8,8 @@ import hashlib
 import re
 from pathlib import Path
 
+from maxkernel import pysource
+
 __all__ = ["fingerprint", "error_class", "locate", "with_locations", "check_written", "idea", "ledger_line"]
 
 _CLASSES = (
@@ -78,7 +80,7 @@ def check_written(kernel: Path, wrote: bool, said_text: bool) -> tuple[str, str]
     except (OSError, UnicodeDecodeError) as exc:
         return ("no_write", f"kernel.py could not be read back ({exc}): write it again with write_file")
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except SyntaxError as exc:
         end = exc.lineno is not None and exc.lineno >= len(source.splitlines()) - 1
         kind = "truncated_file" if end or "never closed" in str(exc) or "EOF" in str(exc) else "syntax_error"
