@@ -50,8 +50,8 @@ def _write_json(path: Path, doc) -> None:
 
 
 def _check(tasks: list[str], mode: str, model: str | None, size: str) -> None:
-    from maxkernel.agentlib.models import is_replay, model_name
-    from maxkernel.agentlib.sub_agents import ROLES
+    from maxkernel.agents.models import is_replay, model_name
+    from maxkernel.agents.sub_agents import ROLES
     from maxkernel.tasks import TaskError, load_task
 
     if mode not in MODES:
@@ -66,7 +66,7 @@ def _check(tasks: list[str], mode: str, model: str | None, size: str) -> None:
         if size not in task.sizes:
             raise BenchError(f"task {task.name} has no size {size!r}")
     if any(is_replay(model_name(role, override=model)) for role in ROLES):
-        from maxkernel.agentlib.replay.model import recorded_tasks
+        from maxkernel.agents.replay.model import recorded_tasks
 
         missing = [t for t in tasks if Path(t).name not in recorded_tasks()]
         if missing:
@@ -75,7 +75,7 @@ def _check(tasks: list[str], mode: str, model: str | None, size: str) -> None:
 
 
 def _session_state(uri: str, session_id: str) -> dict:
-    from maxkernel.agentlib.services import session_service
+    from maxkernel.agents.services import session_service
     from maxkernel.optimize import USER_ID
 
     async def read():
@@ -113,8 +113,8 @@ def _run_auto(task, model, size, out: Path, progress) -> tuple[dict, dict]:
 
 def _run_search(task, model, size, out: Path, progress) -> tuple[dict, dict]:
     """(the search result, what to judge): its best kernel, which it already re-checked on held-out seeds."""
-    from maxkernel.agentlib.models import is_replay, model_name
-    from maxkernel.agentlib.sub_agents import ROLES
+    from maxkernel.agents.models import is_replay, model_name
+    from maxkernel.agents.sub_agents import ROLES
     from maxkernel.search import make_config, run_search
 
     def events(ev: dict) -> None:

@@ -13,7 +13,7 @@ __all__ = ["OptimizeError", "run_optimize", "USER_ID", "REPLAY_LABEL"]
 # The user id `adk web` uses, so a session started here can be opened there (same session URI).
 USER_ID = "user"
 REPLAY_LABEL = "offline replay model: recorded model turns, real tools and harness verdicts"
-HITL_MESSAGE = ("HITL needs a person to approve plans: run `adk web maxkernel/agents` and pick the hitl app "
+HITL_MESSAGE = ("HITL needs a person to approve plans: run `adk web maxkernel/apps` and pick the hitl app "
                 "(add --session_service_uri/--artifact_service_uri to share this CLI's stores)")
 
 
@@ -23,8 +23,8 @@ class OptimizeError(ValueError):
 
 def _models(model: str | None) -> dict[str, str]:
     """Each sub-agent role's model name, credentials checked for all of them before anything starts."""
-    from maxkernel.agentlib.models import ModelConfigError, check_credentials, model_name
-    from maxkernel.agentlib.sub_agents import ROLES
+    from maxkernel.agents.models import ModelConfigError, check_credentials, model_name
+    from maxkernel.agents.sub_agents import ROLES
 
     names = {role: model_name(role, override=model) for role in ROLES}
     for name in dict.fromkeys(names.values()):
@@ -49,7 +49,7 @@ def _task_spec(task: str, size: str) -> str:
 
 def _describe(event) -> list[str]:
     """Progress lines for one event: who spoke (the text on one line) and which tools were called."""
-    from maxkernel.agentlib.root._common import one_line
+    from maxkernel.agents.roots._common import one_line
 
     lines = []
     for part in (event.content.parts if event.content else None) or []:
@@ -66,7 +66,7 @@ async def _run(app, spec: str, size: str, session_uri, artifact_uri, session_id,
     from google.adk import Runner
     from google.genai import types
 
-    from maxkernel.agentlib.services import artifact_service, session_service
+    from maxkernel.agents.services import artifact_service, session_service
 
     sessions = session_service(session_uri)
     runner = Runner(app=app, session_service=sessions, artifact_service=artifact_service(artifact_uri))
@@ -97,11 +97,11 @@ def run_optimize(task: str, mode: str = "auto", model: str | None = None, size: 
     Raises OptimizeError (before any work) for an unknown task or size, mode "hitl", missing credentials, or
     the replay model asked for a task it has no recording of.
     """
-    from maxkernel.agentlib import build_app
-    from maxkernel.agentlib.models import is_replay
-    from maxkernel.agentlib.replay.model import recorded_tasks
+    from maxkernel.agents import build_app
+    from maxkernel.agents.models import is_replay
+    from maxkernel.agents.replay.model import recorded_tasks
 
-    from maxkernel.agentlib.root._common import default_size
+    from maxkernel.agents.roots._common import default_size
 
     progress = progress or (lambda _line: None)
     size = size or default_size()  # full on attached TPU hardware, smoke on a CPU

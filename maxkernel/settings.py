@@ -51,6 +51,8 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default=_DATA, description="Sessions, artifacts and workspaces when no URI is given.")
     session_uri: str | None = Field(default=None, description="sqlite:///path, memory://, agentengine://ID, postgresql://...")
     artifact_uri: str | None = Field(default=None, description="file:///path, memory://, gs://bucket")
+    drafts_dir: Path | None = Field(default=None, description="The folder a person's draft kernels and plans are read "
+                                    "from in HITL sessions (use_draft); default: the folder the app was started in.")
 
     # The autonomous loop's budgets and stopping rules.
     max_iterations: int = Field(default=4, ge=1)
@@ -86,10 +88,10 @@ class Settings(BaseSettings):
     def sandbox_env_names(self) -> list[str]:
         return [n.strip() for n in self.sandbox_env.split(",") if n.strip()]
 
-    @field_validator("cache_dir", "data_dir", mode="after")
+    @field_validator("cache_dir", "data_dir", "drafts_dir", mode="after")
     @classmethod
-    def _expand(cls, v: Path) -> Path:
-        return v.expanduser()
+    def _expand(cls, v: Path | None) -> Path | None:
+        return v.expanduser() if v is not None else None
 
 
 @lru_cache(maxsize=1)

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # MAXKERNEL_MODEL wins; otherwise the configured model if its credentials are there (settings also read .env).
 model="${MAXKERNEL_MODEL:-$(python3 -c '
-from maxkernel.agentlib.models import ModelConfigError, check_credentials
+from maxkernel.agents.models import ModelConfigError, check_credentials
 from maxkernel.settings import get_settings
 name = get_settings().model
 try:

@@ -1,1 +1,5 @@
-"""ADK apps, one folder each (`adk web maxkernel/agents` lists them): thin roots over maxkernel.agentlib."""
+"""The agent library: one pool of sub-agents, and the root policies (auto, hitl, search) routing over it."""
+
+from maxkernel.agents.app import build_app, build_root, POLICIES
+
+__all__ = ["build_app", "build_root", "POLICIES"]

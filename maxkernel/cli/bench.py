@@ -121,5 +121,5 @@ def bench_evalset(set_name: str, size: str, out: str | None, as_json: bool) -> N
     path = write_eval_set(eval_set, out or f"{eval_set.eval_set_id}.evalset.json")
     doc = {"eval_set_id": eval_set.eval_set_id, "path": str(path), "cases": len(eval_set.eval_cases),
            "config": str(smoke_config_path())}
-    emit(as_json, doc, f"wrote {path} ({doc['cases']} cases); run it with\n  adk eval maxkernel/agents/auto {path} "
+    emit(as_json, doc, f"wrote {path} ({doc['cases']} cases); run it with\n  adk eval maxkernel/apps/auto {path} "
                        f"--config_file_path {doc['config']}")

@@ -72,9 +72,9 @@ def _requested(given: dict, stored):
 
 def _check_model(config) -> bool:
     """Credentials and replay coverage checked before any work; True when the replay model is used."""
-    from maxkernel.agentlib.models import ModelConfigError, check_credentials, is_replay, model_name
-    from maxkernel.agentlib.replay.model import recorded_tasks
-    from maxkernel.agentlib.sub_agents import ROLES
+    from maxkernel.agents.models import ModelConfigError, check_credentials, is_replay, model_name
+    from maxkernel.agents.replay.model import recorded_tasks
+    from maxkernel.agents.sub_agents import ROLES
 
     names = {model_name(role, override=config.model) for role in ROLES}
     for name in names:

@@ -17,7 +17,7 @@ __all__ = ["SET_NAMES", "SMOKE_TASKS", "APP_NAME", "USER_ID", "set_tasks", "requ
 SET_NAMES = ("all", "p", "k", "smoke")
 # The tasks the offline replay model has recordings for, so the smoke set runs with no LLM endpoint.
 SMOKE_TASKS = ("8p_GEMM", "12p_RMSNorm")
-APP_NAME = "auto"  # the app `adk eval maxkernel/agents/auto` loads; sessions must carry its name
+APP_NAME = "auto"  # the app `adk eval maxkernel/apps/auto` loads; sessions must carry its name
 USER_ID = "user"
 _DESCRIPTIONS = {
     "all": "every jaxbench task",

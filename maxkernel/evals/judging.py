@@ -106,7 +106,7 @@ def find_kernel(texts: list[str]) -> str | None:
 
 def find_task_and_size(texts: list[str]) -> tuple[str | None, str]:
     """The suite task and size a request names ("optimize 12p_RMSNorm smoke"); size defaults to smoke."""
-    from maxkernel.agentlib.root._common import find_task
+    from maxkernel.agents.roots._common import find_task
 
     for text in reversed(texts):
         task = find_task(text or "")

@@ -148,8 +148,8 @@ def _mounts(scratch: Path) -> list[str]:
         if not any(tree == t or t in tree.parents for t in system):
             args += ["--ro-bind", str(tree), str(tree)]
     # The package folder also holds the ADK app folders, where `adk web`/`adk run` keep sessions by default
-    # (agents/<app>/.adk/, made at any time); no job imports them, so the whole folder is hidden.
-    agents = Path(__file__).resolve().parents[1] / "agents"
+    # (apps/<app>/.adk/, made at any time); no job imports them, so the whole folder is hidden.
+    agents = Path(__file__).resolve().parents[1] / "apps"
     if agents.is_dir():
         args += ["--tmpfs", str(agents)]
     args += ["--ro-bind", "/sys", "/sys", "--dev", "/dev", "--proc", "/proc"]

@@ -1,5 +1,5 @@
 """One node of a graph search built through an ADK Runner by the `search` root policy
-(agentlib/root/search_node.py: plan -> implement -> check/debug -> judge -> profile)."""
+(agents/roots/search_node.py: plan -> implement -> check/debug -> judge -> profile)."""
 
 from __future__ import annotations
 
@@ -50,9 +50,9 @@ async def _build(job: NodeJob, search_key: str, config, progress) -> Produced:
     from google.adk.sessions import InMemorySessionService
     from google.genai import types
 
-    from maxkernel.agentlib.app import build_root
-    from maxkernel.agentlib.guard import ToolGuardPlugin
-    from maxkernel.agentlib.usage import UsagePlugin
+    from maxkernel.agents.app import build_root
+    from maxkernel.agents.guard import ToolGuardPlugin
+    from maxkernel.agents.usage import UsagePlugin
     from maxkernel.search.workers import LimitsPlugin
 
     shutil.rmtree(job.workspace, ignore_errors=True)  # a node re-run after a crash starts clean

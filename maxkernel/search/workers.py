@@ -18,7 +18,7 @@ from typing import Any
 
 from google.adk.plugins.base_plugin import BasePlugin
 
-from maxkernel.agentlib.root.search_node import SEARCH_KEY, lookup, register, unregister
+from maxkernel.agents.roots.search_node import SEARCH_KEY, lookup, register, unregister
 
 __all__ = ["Slots", "SearchContext", "register", "lookup", "unregister", "LimitsPlugin", "LocalPool",
            "SEARCH_KEY", "DEVICE_TOOLS"]

@@ -67,8 +67,16 @@ async def write_file(path: str, content: str, tool_context: ToolContext) -> dict
     Returns:
         {"path", "bytes", "artifact_version"} or {"error"}.
     """
-    if tool_context.state.get("require_plan_approval") and not tool_context.state.get("plan_approved"):
-        return {"error": "no approved plan yet: call submit_plan for the person's approval before writing code"}
+    from maxkernel.tools.plans import gate
+
+    refused = gate(tool_context.state)  # HITL: only while the approved plan version is the current plan
+    if refused:
+        return {"error": refused}
+    return await write_file_unchecked(path, content, tool_context)
+
+
+async def write_file_unchecked(path: str, content: str, tool_context: ToolContext) -> dict:
+    """write_file without the plan-approval gate: for a person's own draft (never offered to a model)."""
     if len(content.encode()) > _MAX_BYTES:
         return {"error": f"file too large (over {_MAX_BYTES} bytes)"}
     try:

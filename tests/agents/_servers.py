@@ -1,4 +1,4 @@
-"""Start a real `adk api_server` / `adk web` over maxkernel/agents on a free loopback port, and stop it."""
+"""Start a real `adk api_server` / `adk web` over maxkernel/apps on a free loopback port, and stop it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-AGENTS = Path(__file__).resolve().parents[2] / "maxkernel" / "agents"
+AGENTS = Path(__file__).resolve().parents[2] / "maxkernel" / "apps"
 
 
 def free_port() -> int:
@@ -30,6 +30,7 @@ class AdkServer:
     url: str
     data_dir: Path
     log: Path
+    drafts_dir: Path  # where a person's drafts are read from (MAXKERNEL_DRAFTS_DIR), beside data_dir
 
     def get(self, path: str, timeout: float = 30):
         with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
@@ -85,15 +86,17 @@ def _stop(proc: subprocess.Popen) -> None:
 @contextmanager
 def adk_server(command: str, data_dir: Path, *, startup_s: float = 90, args: tuple[str, ...] = (),
                env: dict[str, str] | None = None):
-    """`adk <command> maxkernel/agents` with the replay model, sessions in a SQLite file and artifacts,
+    """`adk <command> maxkernel/apps` with the replay model, sessions in a SQLite file and artifacts,
     workspaces and the log under `data_dir`, `env` on top; yields an AdkServer once /list-apps answers."""
     data_dir.mkdir(parents=True, exist_ok=True)
+    drafts = data_dir.with_name(data_dir.name + "-drafts")
+    drafts.mkdir(exist_ok=True)
     port = free_port()
     # A developer's own model, store or per-role choices must not leak into the test's server.
     full_env = {k: v for k, v in os.environ.items()
                 if k not in ("MAXKERNEL_SESSION_URI", "MAXKERNEL_ARTIFACT_URI", "MAXKERNEL_ROLE_MODELS")}
     full_env.update({"MAXKERNEL_MODEL": "replay", "MAXKERNEL_DATA_DIR": str(data_dir), "JAX_PLATFORMS": "cpu",
-                     "PYTHONUNBUFFERED": "1", **(env or {})})
+                     "PYTHONUNBUFFERED": "1", "MAXKERNEL_DRAFTS_DIR": str(drafts), **(env or {})})
     cmd = [sys.executable, "-m", "google.adk.cli", command, "--host", "127.0.0.1", "--port", str(port),
            "--session_service_uri", f"sqlite:///{data_dir / 'sessions.db'}",
            "--artifact_service_uri", f"file://{data_dir / 'artifacts'}", *args, str(AGENTS)]
@@ -102,7 +105,7 @@ def adk_server(command: str, data_dir: Path, *, startup_s: float = 90, args: tup
         # cwd in data_dir: no developer .env is read, nothing is written into the repository.
         proc = subprocess.Popen(cmd, cwd=data_dir, env=full_env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-    server = AdkServer(proc, f"http://127.0.0.1:{port}", data_dir, log)
+    server = AdkServer(proc, f"http://127.0.0.1:{port}", data_dir, log, drafts)
     try:
         deadline = time.monotonic() + startup_s
         while True:

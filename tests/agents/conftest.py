@@ -39,7 +39,7 @@ class Store:
         self.artifacts = root / "artifacts"
 
     def runner(self, policy: str = "auto"):
-        from maxkernel.agentlib import build_app
+        from maxkernel.agents import build_app
 
         return Runner(app=build_app(policy), session_service=SqliteSessionService(str(self.db)),
                       artifact_service=FileArtifactService(root_dir=str(self.artifacts)))

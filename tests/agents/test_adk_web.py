@@ -1,4 +1,4 @@
-"""`adk web maxkernel/agents` in headless Chromium, driven over the DevTools protocol as a person would."""
+"""`adk web maxkernel/apps` in headless Chromium, driven over the DevTools protocol as a person would."""
 
 import base64
 import json

@@ -4,7 +4,7 @@ import importlib
 
 import pytest
 
-from maxkernel.agentlib.sub_agents import ROLES
+from maxkernel.agents.sub_agents import ROLES
 
 pytestmark = pytest.mark.unit
 
@@ -14,8 +14,8 @@ def _agents(root):
 
 
 def test_auto_and_hitl_apps_share_one_pool(replay_env):
-    auto = importlib.reload(importlib.import_module("maxkernel.agents.auto.agent"))
-    hitl = importlib.reload(importlib.import_module("maxkernel.agents.hitl.agent"))
+    auto = importlib.reload(importlib.import_module("maxkernel.apps.auto.agent"))
+    hitl = importlib.reload(importlib.import_module("maxkernel.apps.hitl.agent"))
     assert (auto.app.name, hitl.app.name) == ("auto", "hitl")
     assert auto.root_agent is auto.app.root_agent
     assert _agents(auto.app.root_agent) == _agents(hitl.app.root_agent) == sorted(ROLES)

@@ -18,7 +18,7 @@ SUB_AGENTS = {"planner", "implementer", "debugger", "tester", "profiler", "autot
 
 
 def recorded_kernel(name: str) -> str:
-    return (resources.files("maxkernel.agentlib.replay") / "kernels" / name).read_text()
+    return (resources.files("maxkernel.agents.replay") / "kernels" / name).read_text()
 
 
 def texts(events, author=None) -> list[str]:
@@ -203,7 +203,7 @@ async def _stop_reason(loop: dict, usage: dict | None = None, elapsed: float = 0
     from google.adk.agents.invocation_context import InvocationContext
     from google.adk.sessions import InMemorySessionService
 
-    from maxkernel.agentlib.root.auto import AutoOrchestrator
+    from maxkernel.agents.roots.auto import AutoOrchestrator
     from maxkernel.settings import Settings
 
     service = InMemorySessionService()

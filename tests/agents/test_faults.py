@@ -18,15 +18,15 @@ from google.adk.sessions import InMemorySessionService
 from google.genai import errors, types
 
 from maxkernel import chips
-from maxkernel.agentlib.guard import ToolGuardPlugin
-from maxkernel.agentlib.resilience import RETRY_KEY, ModelCallError, ResilientLlm, is_transient
-from maxkernel.agentlib.root import attempts
-from maxkernel.agentlib.usage import FAULTS_KEY, USAGE_KEY, UsagePlugin
+from maxkernel.agents.guard import ToolGuardPlugin
+from maxkernel.agents.resilience import RETRY_KEY, ModelCallError, ResilientLlm, is_transient
+from maxkernel.agents.roots import attempts
+from maxkernel.agents.usage import FAULTS_KEY, USAGE_KEY, UsagePlugin
 from maxkernel.tools.autotune import declared_tunables, with_defaults
 
 pytestmark = pytest.mark.unit
 
-KERNELS = Path(__file__).resolve().parents[2] / "maxkernel" / "agentlib" / "replay" / "kernels"
+KERNELS = Path(__file__).resolve().parents[2] / "maxkernel" / "agents" / "replay" / "kernels"
 
 
 class Scripted(BaseLlm):
@@ -146,7 +146,7 @@ async def test_thought_and_cached_tokens_are_counted_and_priced(caplog):
 
 
 def test_max_cost_becomes_a_token_budget_for_an_unpriced_model(replay_env):
-    from maxkernel.agentlib.root.auto import AutoOrchestrator
+    from maxkernel.agents.roots.auto import AutoOrchestrator
 
     s = replay_env(max_cost_usd=0.01, unpriced_usd_per_mtok=10)  # $0.01 at $10/M = 1000 tokens
 
@@ -249,7 +249,7 @@ def test_tuned_values_are_written_into_the_defaults_and_nothing_else():
 
 # -- scoped instructions ----------------------------------------------------------------------------------------
 def test_instructions_never_raise_on_an_empty_state_and_carry_the_ledger_and_best_kernel():
-    from maxkernel.agentlib.sub_agents import debugger, implementer, planner
+    from maxkernel.agents.sub_agents import debugger, implementer, planner
 
     class Ctx:
         state: dict = {}

@@ -5,6 +5,9 @@ from pathlib import Path
 import pytest
 from _servers import adk_server
 
+# A correct kernel a person might hand in: the recording's fixed RMSNorm.
+RMSNORM_DRAFT = Path(__file__).resolve().parents[2] / "maxkernel" / "agents" / "replay" / "kernels" / "12p_RMSNorm_v1_fixed.py"
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
@@ -63,6 +66,8 @@ def _ask_for_plan(chat):
     assert calls(ev, "planner") and calls(ev, "submit_plan")
     (request,) = calls(ev, "adk_request_confirmation")
     assert request["args"]["originalFunctionCall"]["name"] == "submit_plan"
+    assert request["args"]["toolConfirmation"]["payload"] == {"version": 1}  # the approval names the version
+    assert request["args"]["toolConfirmation"]["hint"].startswith("Approve plan v1?")
     assert any(request["id"] in (e.get("longRunningToolIds") or []) for e in ev)
     assert not chat.kernel().exists(), "no code may be written before the plan is approved"
     return request
@@ -77,7 +82,7 @@ def test_approved_plan_is_implemented_judged_and_debugged(server):
     request = _ask_for_plan(chat)
 
     ev = chat.confirm(request, True)
-    assert responses(ev, "submit_plan") == [{"approved": True}]
+    assert responses(ev, "submit_plan") == [{"approved": True, "version": 1}]
     assert calls(ev, "implementer") and calls(ev, "write_file")
     assert chat.kernel().is_file()
     (verdict,) = responses(ev, "judge_kernel")
@@ -85,7 +90,7 @@ def test_approved_plan_is_implemented_judged_and_debugged(server):
     assert verdict["status"] in {"incorrect", "error", "rejected"}, verdict
     assert "Harness verdict" in reply(ev) and verdict["summary"] in reply(ev)
     state = chat.state()
-    assert state["plan_approved"] is True and state["debug_round"] == 1
+    assert state["plan_approved"] is True and state["approved_plan_version"] == 1 and state["debug_round"] == 1
     assert state["last_error"].startswith("judge_kernel: ")
 
     first = chat.kernel().read_text()
@@ -105,12 +110,56 @@ def test_rejected_plan_writes_no_code_and_asks_what_to_change(server):
     request = _ask_for_plan(chat)
 
     ev = chat.confirm(request, False)
-    (refused,) = responses(ev, "submit_plan")  # ADK answers the paused call for the tool, which never ran
-    assert "approved" not in refused and "rejected" in refused["error"], refused
+    (refused,) = responses(ev, "submit_plan")
+    assert refused["approved"] is False and refused["version"] == 1 and "rejected plan v1" in refused["message"]
     assert not calls(ev, "implementer") and not calls(ev, "write_file")
     assert not chat.kernel().exists()
     assert "What should change" in reply(ev)
-    assert chat.state()["plan_approved"] is False
+    state = chat.state()
+    assert state["plan_approved"] is False and state["approved_plan_version"] is None
+    assert [v["status"] for v in state["plans"]] == ["rejected"]
+
+
+def test_a_new_plan_needs_its_own_approval(server):
+    """Planning again after an approval does not inherit it: the new plan is v2, pending, code stays gated."""
+    chat = Chat(server)
+    chat.confirm(_ask_for_plan(chat), True)
+    written = chat.kernel().read_text()
+    ev = chat.say("plan again, with bigger row blocks")
+    assert calls(ev, "planner") and calls(ev, "submit_plan")
+    (request,) = calls(ev, "adk_request_confirmation")
+    assert request["args"]["toolConfirmation"]["payload"] == {"version": 2}
+    state = chat.state()
+    assert state["plan_approved"] is False and state["approved_plan_version"] == 1
+    assert [v["status"] for v in state["plans"]] == ["approved", "pending"]
+    ev = chat.send({"text": "debug it"})  # the debugger's write is refused until v2 is approved
+    assert any("plan v1 was approved" in r.get("error", "") for r in responses(ev, "write_file")), ev
+    assert chat.kernel().read_text() == written
+    (request,) = calls(ev, "adk_request_confirmation") or [request]
+    ev = chat.confirm(request, True)
+    assert responses(ev, "submit_plan") == [{"approved": True, "version": 2}]
+    assert chat.state()["approved_plan_version"] == 2 and chat.state()["plan_approved"] is True
+
+
+def test_a_persons_draft_kernel_and_plan_are_used(server):
+    chat = Chat(server)
+    chat.say("optimize 12p_RMSNorm")
+    draft = server.drafts_dir / "my_rmsnorm.py"
+    draft.write_text(RMSNORM_DRAFT.read_text())
+    ev = chat.say("use my draft kernel my_rmsnorm.py")
+    (used,) = responses(ev, "use_draft")
+    assert used["kind"] == "kernel" and used["static_check"] == "passes", used
+    assert chat.kernel().read_text() == draft.read_text()
+    (verdict,) = responses(ev, "judge_kernel")
+    assert verdict["status"] == "correct", verdict
+
+    (server.drafts_dir / "plan.md").write_text("Keep the draft; try a row block of 16.")
+    ev = chat.say("here is my draft plan plan.md")
+    assert responses(ev, "use_draft")[0]["version"] >= 1
+    (request,) = calls(ev, "adk_request_confirmation")
+    assert "row block of 16" in request["args"]["toolConfirmation"]["hint"]
+    ev = chat.say("use my draft kernel ../../etc/passwd")
+    assert "refused" in responses(ev, "use_draft")[0]["error"]
 
 
 def test_sessions_persist_in_the_sqlite_store(server):

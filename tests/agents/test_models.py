@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from maxkernel.agentlib.models import ModelConfigError, check_credentials, price_per_mtok, resolve_model
-from maxkernel.agentlib.replay import ReplayLlm
-from maxkernel.agentlib.resilience import ResilientLlm
+from maxkernel.agents.models import ModelConfigError, check_credentials, price_per_mtok, resolve_model
+from maxkernel.agents.replay import ReplayLlm
+from maxkernel.agents.resilience import ResilientLlm
 from google.adk.models.google_llm import Gemini
 from maxkernel.settings import Settings
 
@@ -124,7 +124,7 @@ def test_role_models_from_json_environment(monkeypatch):
 
 
 def test_build_app_refuses_before_any_work(monkeypatch):
-    from maxkernel.agentlib import build_app
+    from maxkernel.agents import build_app
     from maxkernel.settings import get_settings
 
     monkeypatch.setenv("MAXKERNEL_MODEL", "gemini-2.5-flash")

@@ -11,7 +11,7 @@ import pytest
 from google.adk.plugins.base_plugin import BasePlugin
 
 from _optimize_helpers import agent_env, mk
-from maxkernel.agentlib.replay.faulty import FAULT_KINDS
+from maxkernel.agents.replay.faulty import FAULT_KINDS
 from maxkernel.tools.autotune import declared_tunables
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -67,7 +67,7 @@ async def test_six_iterations_flat_context_ledger_best_kernel_and_tuned_values(r
     from google.adk.artifacts import FileArtifactService
     from google.adk.sessions.sqlite_session_service import SqliteSessionService
 
-    from maxkernel.agentlib import build_app
+    from maxkernel.agents import build_app
 
     app, recorder = build_app("auto"), Recorder()
     app.plugins.append(recorder)
@@ -96,7 +96,7 @@ async def test_six_iterations_flat_context_ledger_best_kernel_and_tuned_values(r
     # judged by the harness (a verdict of its own in the ledger) before it became the best.
     tuned = state["result"]["tuned"]
     assert tuned and declared_tunables(best_source)[1] == tuned
-    assert tuned != declared_tunables((ROOT / "maxkernel/agentlib/replay/kernels/12p_RMSNorm_v1_fixed.py"
+    assert tuned != declared_tunables((ROOT / "maxkernel/agents/replay/kernels/12p_RMSNorm_v1_fixed.py"
                                        ).read_text())[1]
     assert any(line.startswith("iteration 1: autotuned rows=") and "correct" in line for line in state["ledger"])
     # Later iterations rewrote a source already judged: reused, never counted as new.

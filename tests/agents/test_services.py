@@ -7,7 +7,7 @@ from google.adk.artifacts import FileArtifactService, InMemoryArtifactService
 from google.adk.sessions import InMemorySessionService
 from google.adk.sessions.sqlite_session_service import SqliteSessionService
 
-from maxkernel.agentlib import services
+from maxkernel.agents import services
 
 pytestmark = pytest.mark.unit
 

@@ -11,9 +11,9 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
-from maxkernel.agentlib.replay import ReplayLlm
-from maxkernel.agentlib.sub_agents import ROLES
-from maxkernel.agentlib.usage import USAGE_KEY, UsagePlugin
+from maxkernel.agents.replay import ReplayLlm
+from maxkernel.agents.sub_agents import ROLES
+from maxkernel.agents.usage import USAGE_KEY, UsagePlugin
 
 pytestmark = pytest.mark.unit
 

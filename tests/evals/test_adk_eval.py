@@ -17,7 +17,7 @@ from maxkernel.settings import get_settings
 _KEEP = ("MAXKERNEL_CACHE_DIR", "MAXKERNEL_ESTIMATE")
 
 ROOT = Path(__file__).resolve().parents[2]
-AUTO = ROOT / "maxkernel" / "agents" / "auto"
+AUTO = ROOT / "maxkernel" / "apps" / "auto"
 _CREDENTIALS = ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_CLOUD_PROJECT",
                 "GOOGLE_APPLICATION_CREDENTIALS")
 
@@ -79,7 +79,7 @@ async def test_agent_evaluator_runs_an_eval_set_from_pytest(tmp_path, monkeypatc
             monkeypatch.setenv(key, value)
     get_settings.cache_clear()
     try:
-        from maxkernel.agentlib import build_app
+        from maxkernel.agents import build_app
 
         app = build_app("auto")
         # AgentEvaluator wants a module whose `agent` has `root_agent` (the CLI also takes `app`); the agents

@@ -8,7 +8,7 @@ from google.adk.evaluation.eval_set import EvalSet
 from google.adk.evaluation.local_eval_sets_manager import load_eval_set_from_file
 
 import jaxbench
-from maxkernel.agentlib.replay.model import recorded_tasks
+from maxkernel.agents.replay.model import recorded_tasks
 from maxkernel.evals import evalsets, metrics
 
 pytestmark = pytest.mark.unit
@@ -26,7 +26,7 @@ def test_shipped_smoke_set_is_valid_for_adk_and_equals_the_built_one():
     assert _texts(strict) == {t: f"optimize {t} smoke" for t in ("8p_GEMM", "12p_RMSNorm")}
     for case in strict.eval_cases:
         assert len(case.conversation) == 1 and case.conversation[0].final_response is None
-        assert case.session_input.app_name == "auto"  # the app `adk eval maxkernel/agents/auto` runs
+        assert case.session_input.app_name == "auto"  # the app `adk eval maxkernel/apps/auto` runs
 
 
 def test_smoke_set_is_what_the_replay_model_can_run_offline():

@@ -48,7 +48,7 @@ def planted(monkeypatch):
     tag = uuid.uuid4().hex[:12]
     marker = f"FAKE-SECRET-{tag}"
     home = Path.home()
-    adk = ROOT / "maxkernel" / "agents" / "auto" / ".adk"
+    adk = ROOT / "maxkernel" / "apps" / "auto" / ".adk"
     made_adk = not adk.exists()
     files = [home / f".maxkernel-pwned-secret-{tag}", home / f".maxkernel-pwned-adc-{tag}.json",
              home / f".maxkernel-pwned-history-{tag}", adk / f"maxkernel-pwned-session-{tag}.db"]

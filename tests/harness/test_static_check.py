@@ -10,7 +10,7 @@ from maxkernel.harness.static_check import ALLOWED_MODULES, check_file, check_so
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED_GLOBS = ("jaxbench/*/kernel.py", "maxkernel/agentlib/replay/kernels/*.py",
+SHIPPED_GLOBS = ("jaxbench/*/kernel.py", "maxkernel/agents/replay/kernels/*.py",
                  "tests/harness/kernels/gemm_tiled.py", "tests/harness/kernels/rmsnorm_rows.py",
                  "tests/tools/kernels/*", "tests/tools/kernels_runtime/*")
 

@@ -72,7 +72,7 @@ async def _say(runner, session_id, text) -> tuple[str, list[dict]]:
 
 
 async def test_a_person_steers_a_search_through_the_app(tmp_path, config, replay_env):
-    from maxkernel.agents.search.agent import build
+    from maxkernel.apps.search.agent import build
 
     run_search(tmp_path, config("beam", limits={"max_nodes": 4}, **BEAM), producer=FakeProducer(),
                executor=FakeExecutor())

@@ -13,9 +13,10 @@ from google.adk.sessions import InMemorySessionService
 from google.adk.tools import ToolContext
 from google.genai import types
 
-from maxkernel.agentlib.replay import ReplayLlm
-from maxkernel.agentlib.sub_agents import ROLES
+from maxkernel.agents.replay import ReplayLlm
+from maxkernel.agents.sub_agents import ROLES
 from maxkernel.settings import get_settings
+from maxkernel.tools import plans
 from maxkernel.tools.workspace import WorkspaceError, list_files, read_file, resolve, write_file
 
 pytestmark = pytest.mark.unit
@@ -79,7 +80,7 @@ async def test_write_by_a_tool_call_reads_back(runner, ws):
     message = types.Content(role="user", parts=[types.Part(text="implement the plan")])
     events = [e async for e in runner.run_async(user_id="u", session_id=session.id, new_message=message)]
     replies = [r.response for e in events for r in e.get_function_responses() if r.name == "write_file"]
-    expected = (resources.files("maxkernel.agentlib.replay") / "kernels" / "12p_RMSNorm_v1.py").read_text()
+    expected = (resources.files("maxkernel.agents.replay") / "kernels" / "12p_RMSNorm_v1.py").read_text()
     assert replies == [{"path": "kernel.py", "bytes": len(expected.encode()), "artifact_version": 0}]
     assert (ws / "kernel.py").read_text() == expected
 
@@ -114,9 +115,18 @@ async def test_tools_refuse_escapes_with_a_reply(runner, ws, tmp_path):
 async def test_writes_wait_for_an_approved_plan(runner, ws):
     session = await _session(runner, {"workspace": str(ws), "require_plan_approval": True, "plan_approved": False})
     assert "no approved plan" in (await write_file("kernel.py", "x", _tool_context(runner, session)))["error"]
-    assert not (ws / "kernel.py").exists()
+    # A bare flag is not an approval: only an approved version that is still the current plan counts.
     session = await _session(runner, {"workspace": str(ws), "require_plan_approval": True, "plan_approved": True})
-    assert (await write_file("kernel.py", "x", _tool_context(runner, session)))["bytes"] == 1
+    assert "no approved plan" in (await write_file("kernel.py", "x", _tool_context(runner, session)))["error"]
+    assert not (ws / "kernel.py").exists()
+    state = {"workspace": str(ws), "require_plan_approval": True}
+    plans.decide(state, "tile rows by 8", approved=True)
+    ctx = _tool_context(runner, await _session(runner, state))
+    assert (await write_file("kernel.py", "x", ctx))["bytes"] == 1
+    ctx.state["plan"] = "a new plan the planner wrote"  # the planner's output_key replaces the draft
+    refused = (await write_file("kernel.py", "y", ctx))["error"]
+    assert "plan v1 was approved" in refused and "submit_plan" in refused
+    assert (ws / "kernel.py").read_text() == "x"
 
 
 async def test_default_workspace_is_per_session_without_artifact_service(tmp_path, monkeypatch):

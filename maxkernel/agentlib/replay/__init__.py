@@ -1,5 +1,0 @@
-"""The offline replay model: recorded model turns for a few suite tasks, driving real tools. Labelled [replay]."""
-
-from maxkernel.agentlib.replay.model import ReplayLlm
-
-__all__ = ["ReplayLlm"]

@@ -1,6 +1,0 @@
-"""The autonomous app: `adk run maxkernel/agents/auto "optimize 12p_RMSNorm"`."""
-
-from maxkernel.agentlib import build_app
-
-app = build_app("auto")
-root_agent = app.root_agent  # for AgentEvaluator, which loads root_agent

@@ -1,0 +1,166 @@
+"""ReplayLlm: a BaseLlm that answers from recorded turns (sub-agents) or a fixed routing script (HITL root).
+
+It decides from the request alone (the role it was built for, the Task/Iteration/Debug round lines of the
+instruction, the last part of the conversation), so one process can serve many sessions. Everything it says
+starts with "[replay]"; tool calls it makes run for real.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from importlib import resources
+from typing import AsyncGenerator
+
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.genai import types
+
+__all__ = ["ReplayLlm", "recorded_tasks", "LABEL", "field"]
+
+LABEL = "[replay]"
+
+
+@lru_cache(maxsize=None)
+def _recording(task: str) -> dict | None:
+    path = resources.files(__package__) / f"{task}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def recorded_tasks() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files(__package__).iterdir() if p.name.endswith(".json"))
+
+
+def field(text: str, name: str) -> str:
+    """The value of a "Name: value" line of an instruction."""
+    m = re.search(rf"^{name}:[ \t]*(\S*)", text or "", re.M)
+    return m.group(1) if m else ""
+
+
+def _text(t: str) -> types.Content:
+    return types.Content(role="model", parts=[types.Part(text=f"{LABEL} {t}")])
+
+
+def _calls(calls: list[dict]) -> types.Content:
+    return types.Content(role="model", parts=[types.Part(function_call=types.FunctionCall(name=c["name"], args=c["args"]))
+                                              for c in calls])
+
+
+class ReplayLlm(BaseLlm):
+    """Offline model for tests and demos; `role` is the agent it answers for."""
+
+    model: str = "replay"
+    role: str = ""
+
+    @classmethod
+    def supported_models(cls) -> list[str]:
+        return ["replay"]
+
+    async def generate_content_async(self, llm_request: LlmRequest, stream: bool = False
+                                     ) -> AsyncGenerator[LlmResponse, None]:
+        instruction = str(llm_request.config.system_instruction or "") if llm_request.config else ""
+        last = llm_request.contents[-1] if llm_request.contents else None
+        parts = list(last.parts or []) if last else []
+        responses = [p.function_response for p in parts if p.function_response]
+        if self.role == "root":
+            content = self._route(llm_request, parts, responses)
+        else:
+            content = self._turn(instruction, responses)
+        yield self._response(llm_request, content)
+
+    @staticmethod
+    def _response(llm_request: LlmRequest, content: types.Content, **meta) -> LlmResponse:
+        """The answer with a token count a real endpoint would bill: ~4 characters a token over the whole prompt
+        (system instruction, conversation, tool declarations) and the answer."""
+        config = llm_request.config
+        prompt = str(config.system_instruction or "") if config else ""
+        prompt += "".join(str(c) for c in llm_request.contents)
+        prompt += "".join(str(t) for t in (config.tools or [])) if config else ""
+        n_in, n_out = len(prompt) // 4, len(str(content)) // 4
+        return LlmResponse(content=content, custom_metadata=meta or None,
+                           usage_metadata=types.GenerateContentResponseUsageMetadata(
+                               prompt_token_count=n_in, candidates_token_count=n_out, total_token_count=n_in + n_out))
+
+    # -- sub-agents: recorded turns ------------------------------------------------------------------------
+    def _turn(self, instruction: str, responses) -> types.Content:
+        task = field(instruction, "Task")
+        iteration = int(field(instruction, "Iteration") or 1)
+        debug_round = int(field(instruction, "Debug round") or 0)
+        rec = _recording(task) or _recording(task.rstrip("/").split("/")[-1])
+        turn = self._find(rec, iteration, debug_round) if rec else None
+        if responses:  # our tool calls came back: end the turn with the recorded note
+            if turn and turn.get("after"):
+                return _text(turn["after"])
+            return _text(f"{self.role} step done: " + "; ".join(_short(r) for r in responses))
+        if turn is None:
+            return _text(f"no recorded {self.role} turn for {task or 'this task'} at iteration {iteration}, "
+                         f"debug round {debug_round}; nothing to do")
+        if "calls" in turn:
+            return _calls([_expand(c) for c in turn["calls"]])
+        return _text(turn["text"])
+
+    def _find(self, rec: dict, iteration: int, debug_round: int) -> dict | None:
+        candidates = [t for t in rec["turns"] if t["role"] == self.role]
+        for t in candidates:  # exact match first, then the role's last turn at or before this iteration
+            if t.get("iteration", 1) == iteration and t.get("debug_round", 0) == debug_round:
+                return t
+        fallback = [t for t in candidates if t.get("iteration", 1) <= iteration and t.get("debug_round", 0) == debug_round]
+        return fallback[-1] if fallback else None
+
+    # -- the HITL root: a fixed routing script -------------------------------------------------------------
+    def _route(self, llm_request: LlmRequest, parts, responses) -> types.Content:
+        if not responses:
+            text = " ".join(p.text for p in parts if p.text)
+            draft = re.search(r"\bdraft (kernel|plan)\s+(\S+)", text, re.I)
+            if draft:
+                return _calls([{"name": "use_draft", "args": {"path": draft.group(2), "kind": draft.group(1).lower()}}])
+            m = re.search(r"\b(\d{1,2}[pk]_[A-Za-z0-9_]+)\b", text)
+            if m:
+                return _calls([{"name": "select_task", "args": {"task": m.group(1), "size": "smoke"}}])
+            if re.search(r"\b(debug|fix)\b", text, re.I):
+                return _calls([{"name": "debugger", "args": {"request": text}}])
+            if re.search(r"\b(plan|again|re-?plan)\b", text, re.I):
+                return _calls([{"name": "planner", "args": {"request": text}}])
+            return _text("Tell me the task to work on, e.g. 'optimize 12p_RMSNorm'.")
+        r = responses[-1]
+        body = dict(r.response or {})
+        if r.name == "select_task":
+            if "error" in body:
+                return _text(f"I could not select that task: {body['error']}")
+            return _calls([{"name": "planner", "args": {"request": "Plan the first kernel version for this task."}}])
+        if r.name == "use_draft":
+            if "error" in body:
+                return _text(f"I could not use that draft: {body['error']}")
+            if body.get("kind") == "plan":
+                return _calls([{"name": "submit_plan", "args": {}}])
+            return _calls([{"name": "judge_kernel", "args": {}}])
+        if r.name == "planner":
+            return _calls([{"name": "submit_plan", "args": {"plan": str(body.get("result", ""))[:4000]}}])
+        if r.name == "submit_plan":
+            if body.get("approved"):
+                return _calls([{"name": "implementer", "args": {"request": "Implement the approved plan."}}])
+            return _text("The plan was not approved. What should change? Say 'plan again' with your wishes.")
+        if r.name in ("implementer", "debugger"):
+            return _calls([{"name": "judge_kernel", "args": {}}])
+        if r.name == "judge_kernel":
+            verdict = f"Harness verdict: {body.get('summary', body)}."
+            if body.get("status") == "correct":
+                return _text(f"{verdict} Next: profile, tune, re-plan or ask me.")
+            return _text(f"{verdict} Say 'debug' to hand it to the debugger, or re-plan.")
+        return _text(f"{r.name} finished: {_short(r)}")
+
+
+def _short(response) -> str:
+    body = response.response or {}
+    s = body.get("summary") or body.get("result") or body.get("error") or ""
+    return f"{response.name}: {str(s)[:200]}"
+
+
+def _expand(call: dict) -> dict:
+    """A recorded call whose file content is kept beside the recording ("content_file") gets it inlined."""
+    args = dict(call["args"])
+    if "content_file" in args:
+        args["content"] = (resources.files(__package__) / "kernels" / args.pop("content_file")).read_text()
+    return {"name": call["name"], "args": args}
