@@ -78,6 +78,20 @@ def frontier(graph: Graph) -> list[Node]:
     return best
 
 
+def _final_line(graph: Graph) -> str | None:
+    """A finished search's answer in the line the auto app ends with ("Best kernel: <path> from iteration N"),
+    which the eval metrics read; the kernel is the one the search re-judged on held-out seeds."""
+    result = graph.meta("result") or {}
+    best = result.get("best")
+    if not result:
+        return None
+    if not best:
+        return f"The search finished with no kernel correct on held-out seeds ({result.get('status')})."
+    node = graph.node(best["node"])
+    return (f"Best kernel: {best['kernel']} from iteration {node.depth if node else '?'} (node {best['node']}, "
+            f"{best['speedup']:.3g}x, correct on held-out seeds {best.get('heldout_seeds')}).")
+
+
 def _view(graph: Graph, ok: bool, head: str) -> SteerResult:
     front = frontier(graph)
     flying = [n for n in graph.nodes() if n.status in ("running", "pending")]
@@ -87,6 +101,9 @@ def _view(graph: Graph, ok: bool, head: str) -> SteerResult:
     if front:
         lines.append("Frontier: " + "; ".join(f"#{n.id} {n.speedup:.3g}x {n.strategy}{' (pinned)' if n.pinned else ''}"
                                               for n in front))
+    final = None if flying else _final_line(graph)  # a resumed search's earlier result is not its answer
+    if final:
+        lines.append(final)
     return SteerResult(ok=ok, summary="\n".join(lines), frontier=[NodeRow.of(n) for n in front],
                        in_flight=[NodeRow.of(n) for n in flying])
 

@@ -7,6 +7,7 @@ import pytest
 
 import re
 from collections.abc import AsyncGenerator
+from pathlib import Path
 
 from _fakes import FakeExecutor, FakeProducer
 from google.adk import Runner
@@ -17,6 +18,7 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
+from maxkernel.evals.judging import find_kernel
 from maxkernel.search.controller import run_search
 from maxkernel.search.graph import Graph
 from maxkernel.search.render import render_html
@@ -86,6 +88,11 @@ async def test_a_person_steers_a_search_through_the_app(tmp_path, config, replay
     assert "No search is open" in text
     text, [res] = await _say(runner, session.id, f"open {tmp_path}")
     assert res["ok"] and "Frontier: #" in text and {r["id"] for r in res["frontier"]} == {n.id for n in correct[:2]}
+    # The finished search ends with the auto app's machine-readable line: the eval metrics find its kernel.
+    result = Graph(tmp_path).meta("result")["best"]
+    kernel = find_kernel([text])
+    assert kernel == result["kernel"] and Path(kernel).read_text() == Graph(tmp_path).node(result["node"]).source
+    assert f"from iteration {Graph(tmp_path).node(result['node']).depth} (node {result['node']}," in text
     _, [res] = await _say(runner, session.id, f"show {correct[0].id}")
     assert res["ok"] and res["detail"]["children"] == [] and "Technique to apply" in res["detail"]["strategy_text"]
     _, [res] = await _say(runner, session.id, f"pin {failed.id}")
