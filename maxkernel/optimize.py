@@ -100,7 +100,6 @@ def run_optimize(task: str, mode: str = "auto", model: str | None = None, size: 
     from maxkernel.agents import build_app
     from maxkernel.agents.models import is_replay
     from maxkernel.agents.replay.model import recorded_tasks
-
     from maxkernel.agents.roots._common import default_size
 
     progress = progress or (lambda _line: None)
