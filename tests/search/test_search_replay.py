@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from google.adk.models.base_llm import BaseLlm
 
+from maxkernel.agents.resilience import ModelCallError
 from maxkernel.search import Graph, make_config, run_search
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -57,4 +59,37 @@ def test_children_get_the_profilers_advice_on_their_parent(tmp_path, replay_env)
     assert parent.advice and "[replay]" in parent.advice
     assert child.strategy == "profiler-advice" and parent.advice.strip()[:200] in child.strategy_text
     assert not child.advice  # the last generation is not profiled: nobody would use the advice
+    assert result["status"] == "correct"
+
+
+class _GaveUp(BaseLlm):
+    """A model that fails every call, as a real endpoint does once its retries are spent."""
+
+    model: str = "gave-up"
+
+    async def generate_content_async(self, llm_request, stream=False):
+        raise ModelCallError("the model kept answering 503 after 6 attempts")
+        yield  # pragma: no cover - an async generator
+
+
+def test_a_failing_profiler_does_not_cost_the_node_its_kernel(tmp_path, replay_env, monkeypatch):
+    from maxkernel.agents import app as app_module
+
+    real = app_module.build_pool
+
+    def pool(model=None, **kw):
+        agents = real(model, **kw)
+        for a in agents:
+            if a.name == "profiler":
+                a.model = _GaveUp()
+        return agents
+
+    monkeypatch.setattr(app_module, "build_pool", pool)
+    config = make_config(TASK, algorithm="beam", profile=True, limits={"max_nodes": 2},
+                         beam={"width": 1, "branches": 1, "depth": 2})
+    result = run_search(tmp_path, config)
+    parent, child = Graph(tmp_path).nodes()
+    assert parent.status == "done" and parent.correct, parent.note
+    assert "profiler step failed" in parent.note and not parent.advice
+    assert child.strategy != "profiler-advice"  # no advice to build on: the next strategy instead
     assert result["status"] == "correct"

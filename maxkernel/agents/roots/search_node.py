@@ -14,6 +14,7 @@ from google.adk.agents.invocation_context import InvocationContext
 from google.adk.events import Event
 
 from maxkernel.agents.roots._common import one_line, say
+from maxkernel.agents.usage import FAULTS_KEY
 
 __all__ = ["NodeBuilder", "SEARCH_KEY", "register", "lookup", "unregister"]
 
@@ -52,7 +53,7 @@ class NodeBuilder(BaseAgent):
         yield say(ctx, self.name, f"Node {state.get('node_id')}: {one_line(state.get('advice'))}",
                   {"debug_round": 0})
         for role in ("planner", "implementer"):
-            async for ev in agents[role].run_async(ctx):
+            async for ev in self._step(ctx, agents[role]):
                 yield ev
         ok = False
         for round_ in range(int(state.get("max_debug_rounds", 2)) + 1):
@@ -71,7 +72,7 @@ class NodeBuilder(BaseAgent):
                 break
             yield say(ctx, self.name, f"Debug round {round_ + 1}: {one_line(problem, 300)}",
                       {"last_error": problem, "debug_round": round_ + 1})
-            async for ev in agents["debugger"].run_async(ctx):
+            async for ev in self._step(ctx, agents["debugger"]):
                 yield ev
         if not ok:
             return
@@ -80,6 +81,24 @@ class NodeBuilder(BaseAgent):
                   {"verdict_summary": verdict.summary})
         if verdict.correct and state.get("profile"):
             yield say(ctx, self.name, "", {"advice": ""})  # the profiler's answer replaces the strategy text
-            async for ev in agents["profiler"].run_async(ctx):
+            failed: list = []
+            async for ev in self._step(ctx, agents["profiler"], failed):
                 yield ev
-            yield say(ctx, self.name, "", {"profiled": True})
+            if not failed:
+                yield say(ctx, self.name, "", {"profiled": True})
+
+    async def _step(self, ctx: InvocationContext, agent, failed: list | None = None):
+        """A sub-agent's events; if it raises (a model that gave up after its retries, anything else) the node
+        records the fault and goes on without that step, so a correct kernel is never lost to a later step."""
+        try:
+            async for ev in agent.run_async(ctx):
+                yield ev
+        except Exception as exc:  # noqa: BLE001 - one step's failure is not the node's
+            if failed is not None:
+                failed.append(exc)
+            state = ctx.session.state
+            faults = list(state.get(FAULTS_KEY) or []) + [
+                {"kind": "step_failed", "role": agent.name, "iteration": state.get("iteration"),
+                 "message": one_line(str(exc), 200), "handled": "the node went on without this step"}]
+            yield say(ctx, self.name, f"{agent.name} step failed: {one_line(str(exc), 300)}; the node goes on "
+                                      "without it", {FAULTS_KEY: faults})
