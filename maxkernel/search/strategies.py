@@ -59,8 +59,13 @@ LIBRARY: tuple[Strategy, ...] = (
              "Reorder the grid so the operand reused across consecutive steps keeps the same block index and "
              "is not re-fetched (Pallas skips the copy when the index does not change)."),
     Strategy("deeper-pipeline", "memory",
-             "Hide HBM latency behind compute: use pipeline_mode=pl.Buffered(3) on the streamed operand, or "
-             "pltpu.emit_pipeline for an inner loop, when the profile shows the kernel waiting on DMAs."),
+             "Hide HBM latency behind compute by prefetching the next block yourself (the automatic pipeline "
+             "double-buffers already; pl.Buffered(n) deeper than 2 is not something to rely on in the TPU "
+             "lowering): keep the streamed operand in HBM (memory_space=pl.ANY), allocate 2-3 VMEM slots and "
+             "a DMA semaphore per slot in scratch_shapes, start the copy of block i+1 "
+             "(pltpu.make_async_copy(src, slot, sem).start()) before computing on block i and wait on it at "
+             "the next step; or use pltpu.emit_pipeline for an inner loop. Only when the profile shows the "
+             "kernel waiting on DMAs."),
     Strategy("scalar-prefetch", "memory",
              "Pass ragged metadata (group sizes, page tables, lengths) through PrefetchScalarGridSpec so index "
              "maps can read it from SMEM and skip empty blocks.", ("ragged", "paged", "sparse", "moe", "grouped")),

@@ -3,44 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import inspect
 
 from google.adk.tools import ToolContext
 
 __all__ = ["pallas_api", "chip_specs", "task_info", "read_example"]
 
-_MODULES = ("jax.experimental.pallas", "jax.experimental.pallas.tpu", "jax.experimental.pallas.mosaic_gpu",
-            "jax.experimental.pallas.triton", "jax.numpy", "jax.lax")
-
-
 def pallas_api(name: str) -> dict:
-    """Looks up a Pallas (or jax.numpy / jax.lax) name in the installed JAX: signature and docstring.
+    """Looks up a Pallas (or jax.numpy / jax.lax) name in the installed JAX: its signature, the import line
+    it needs, and the installed spelling when the name is an older one or sits under the wrong prefix.
 
     Args:
-        name: e.g. "pallas_call", "BlockSpec", "tpu.make_async_copy", "tpu.CompilerParams", "lax.fori_loop".
+        name: e.g. "pallas_call", "pl.BlockSpec", "pltpu.CompilerParams", "pltpu.make_async_copy",
+            "lax.fori_loop"; an old name like "TPUCompilerParams" is answered with what replaced it.
 
     Returns:
-        {"name", "module", "signature", "doc"} or {"error", "candidates"} listing close names.
+        {"name", "import", "kind", "signature", "doc", "jax"} plus "note" / "renamed_from" when the spelling
+        asked differs, or {"error", "candidates"} listing close names.
     """
-    short = name.split(".")[-1]
-    prefer = [m for m in _MODULES if name.startswith("tpu.") and m.endswith(".tpu")] or list(_MODULES)
-    for mod_name in prefer + [m for m in _MODULES if m not in prefer]:
-        try:
-            mod = importlib.import_module(mod_name)
-        except ImportError:
-            continue
-        obj = getattr(mod, short, None)
-        if obj is None:
-            continue
-        try:
-            sig = str(inspect.signature(obj))
-        except (TypeError, ValueError):
-            sig = ""
-        return {"name": short, "module": mod_name, "signature": sig, "doc": (inspect.getdoc(obj) or "")[:4000]}
-    cands = sorted({f"{m.rsplit('.', 1)[-1]}.{n}" for m in _MODULES[:2]
-                    for n in dir(importlib.import_module(m)) if short.lower() in n.lower() and not n.startswith("_")})
-    return {"error": f"{name!r} not found in the installed jax", "candidates": cands[:20]}
+    from maxkernel.knowledge import lookup
+
+    return lookup(name)
 
 
 def chip_specs(chip: str) -> dict:

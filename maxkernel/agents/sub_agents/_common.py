@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-__all__ = ["KERNEL_RULES", "context", "scoped", "provider", "LEDGER_LINES", "SOURCE_CHARS"]
+__all__ = ["KERNEL_RULES", "api_sheet", "context", "scoped", "provider", "LEDGER_LINES", "SOURCE_CHARS"]
 
 LEDGER_LINES = 12  # the newest attempts shown line by line; older ones are counted
 SOURCE_CHARS = 8000  # the best kernel's source is cut past this (a kernel file is ~1-4 KB)
@@ -19,6 +19,17 @@ keyword-only parameters of workload() with defaults, and their candidate values 
 TUNABLES = {"name": (values, ...)} mapping. The file must be self-contained and is checked before it is run:
 import only jax (public modules), numpy, functools, math, dataclasses, typing, itertools, operator; no os, sys,
 time, threading, file access, callbacks, getattr/eval, dunder attributes, or assignments to module attributes."""
+
+
+def api_sheet() -> str:
+    """The installed Pallas API's cheat sheet (maxkernel.knowledge), or nothing if it cannot be built here: an
+    instruction provider must never raise."""
+    try:
+        from maxkernel.knowledge import cheat_sheet
+
+        return "\n" + cheat_sheet() + "\n"
+    except Exception:  # noqa: BLE001 - a broken jax install: the agent still gets its instruction
+        return ""
 
 
 def _get(state, key, default=None):

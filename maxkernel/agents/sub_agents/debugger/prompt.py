@@ -1,6 +1,6 @@
 """The debugger's instruction: the failure (mapped to kernel lines), the plan, and its own earlier attempts."""
 
-from maxkernel.agents.sub_agents._common import KERNEL_RULES, context, provider, scoped
+from maxkernel.agents.sub_agents._common import KERNEL_RULES, api_sheet, context, provider, scoped
 
 ROLE = """
 You are the debugger. The kernel in the workspace failed a check. Read it, find the cause from the tool
@@ -27,7 +27,7 @@ def _history(state) -> str:
 def _build(state) -> str:
     failed = state.get("last_error") or "(no failure recorded)"
     return (context(state) + ROLE + f"What failed:\n{failed}\n\n" + _history(state) + "\n"
-            + scoped(state, best=False, ledger=False) + "\n" + KERNEL_RULES + ANSWER)
+            + scoped(state, best=False, ledger=False) + "\n" + KERNEL_RULES + api_sheet() + ANSWER)
 
 
 instruction = provider(_build)
