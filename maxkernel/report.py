@@ -44,6 +44,8 @@ def _share(group: dict, p: float) -> str:
 
 
 def _result(r: dict) -> str:
+    if r.get("correct") and r.get("uses_library_kernel"):  # the speed is the library's, not the agent's work
+        return f"correct (calls library kernel {r['uses_library_kernel']})"
     return "correct" if r.get("correct") else (r.get("failure") or "failed")
 
 

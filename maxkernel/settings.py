@@ -55,6 +55,8 @@ class Settings(BaseSettings):
                                     "from in HITL sessions (use_draft); default: the folder the app was started in.")
 
     # The autonomous loop's budgets and stopping rules.
+    allow_library_kernels: bool = Field(default=True, description="Whether a kernel may call a packaged kernel "
+                                        "(jax.experimental.pallas.ops, tokamax); the verdict names it either way.")
     max_iterations: int = Field(default=4, ge=1)
     max_debug_rounds: int = Field(default=3, ge=0)
     patience: int = Field(default=2, ge=1, description="Stop after this many iterations without a faster kernel.")

@@ -34,6 +34,7 @@ class Judgement:
     backend: str = ""
     chip: str = ""
     flags: list[str] = field(default_factory=list)
+    uses_library_kernel: str = ""  # a packaged kernel the candidate calls: its speed is not the agent's work
     speedup: float | None = None  # XLA baseline time / kernel time, medians, same process
     speedup_low: float | None = None  # from the quartiles of both timings: the spread behind `speedup`
     speedup_high: float | None = None
@@ -183,7 +184,8 @@ def judge_kernel(task: str, kernel: str | Path | None, size: str = "smoke", *, v
     used = (v.get("correctness") or {}).get("seeds") or seeds  # drawn fresh by the harness, as many as asked
     common = dict(base, seeds=used, kernel=str(path), status=v["status"], failure=failure_category(v),
                   reason=v.get("reason", ""),
-                  backend=v.get("backend", ""), flags=list(v.get("flags") or []), verdict=v)
+                  backend=v.get("backend", ""), flags=list(v.get("flags") or []),
+                  uses_library_kernel=v.get("uses_library_kernel") or "", verdict=v)
     if v["status"] != "correct":
         return Judgement(**common)
     low, high = speedup_spread(v)

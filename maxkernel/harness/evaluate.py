@@ -19,6 +19,7 @@ from maxkernel.harness.judge_pair import JudgePair
 from maxkernel.harness.numerics import compare, fro_tolerance
 from maxkernel.harness.reference_job import MAX_LOWERED_BYTES
 from maxkernel.harness.sandbox import SandboxResult, WorkerPool
+from maxkernel.harness.library import library_kernels
 from maxkernel.harness.static_check import check_source
 from maxkernel.harness.verdict import Correctness, SeedCheck, TimedCheck, Timing, Verdict
 from maxkernel.settings import get_settings
@@ -129,8 +130,14 @@ class Evaluator:
         base = dict(task=task.name, kernel_file=str(kernel), size=size, isolation=self.pool_isolation(),
                     passed_env=self.settings.sandbox_env_names,
                     correctness=Correctness(seeds=drawn, seeds_drawn="replayed" if exact_seeds and seeds else "fresh"))
+        text = source.decode("utf-8", errors="replace")
+        library = ", ".join(library_kernels(text))
+        base["uses_library_kernel"] = library
         if self.static_check:
-            why = check_source(source.decode("utf-8", errors="replace"), kernel.name)
+            why = check_source(text, kernel.name)
+            if not why and library and not self.settings.allow_library_kernels:
+                why = (f"{kernel.name}: uses the library kernel {library}; library kernels are not allowed here "
+                       "(MAXKERNEL_ALLOW_LIBRARY_KERNELS=false): write the kernel with pl.pallas_call")
             if why:
                 return Verdict(**base, status="rejected", stage="static", reason=why,
                                wall_s=time.monotonic() - t_start)

@@ -76,6 +76,9 @@ class Verdict(_Frozen):
     backend: str = ""
     timing_label: str = ""  # what the times measure (e.g. CPU/interpreter wall time: not kernel performance)
     flags: list[str] = Field(default_factory=list)
+    # The library kernels the candidate calls (jax.experimental.pallas.ops, tokamax, ...): its speed is then the
+    # library's, not the agent's work; "" when it calls none.
+    uses_library_kernel: str = ""
     integrity: dict = Field(default_factory=dict)  # the FLOP census: pallas_share, pallas_calls, ...
     isolation: str = ""  # bwrap (unprivileged user namespace, allow-listed mounts) or none
     passed_env: list[str] = Field(default_factory=list)  # extra variables the user let into the sandbox
