@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from google.adk.tools import ToolContext
 
-__all__ = ["pallas_api", "chip_specs", "task_info", "read_example"]
+__all__ = ["pallas_api", "chip_specs", "task_info", "read_example", "examples_for"]
+
 
 def pallas_api(name: str) -> dict:
     """Looks up a Pallas (or jax.numpy / jax.lax) name in the installed JAX: its signature, the import line
@@ -63,29 +65,51 @@ def task_info(tool_context: ToolContext) -> dict:
         "outputs": [f"{o.dtype}{list(o.shape)}" for o in leaves],
         "tolerance": {str(o.dtype): task.tolerance(str(o.dtype)) for o in leaves},
         "flops": task.flops(size), "baseline_py": task.baseline_file.read_text(),
-        "examples": "read_example(task) shows the reference kernel of another suite task",
+        "examples": "read_example() shows the real kernels closest to this task (jax's own ops, the suite's, "
+                    "proven ones)",
     }
 
 
-def read_example(task: str, tool_context: ToolContext) -> dict:
-    """Reads the shipped hand-written Pallas kernel of another suite task, as an example of the house style.
+def read_example(tool_context: ToolContext, task: str = "") -> dict:
+    """Real Pallas kernels like the one this task needs: the closest of the suite's reference kernels, the
+    kernels that ship inside the installed jax (flash/splash/paged attention, megablox gmm, matmul, ...) and
+    kernels proven correct here before, matched by what the task computes; as excerpts with their paths.
 
     Args:
-        task: A suite task with a reference kernel: 8p_GEMM, 12p_RMSNorm, 1p_Flash_Attention,
-            41k_Gemm_Add_ReLU or 50k_Matmul_GELU_Softmax. The session's own task is refused.
+        task: Optional. Another suite task whose reference kernel to show first (e.g. 8p_GEMM for the house
+            style of a tiled matmul); empty: the examples closest to the session's own task.
 
     Returns:
-        {"task", "content"} or {"error"}.
+        {"examples": [{"path", "kind", "excerpt"}]} (kind: suite, jax-tpu, jax-gpu or proven) or {"error"}.
     """
+    from maxkernel.knowledge.examples import excerpt
     from maxkernel.tasks import TaskError, load_task
 
-    if task == tool_context.state.get("task"):
-        return {"error": "the reference kernel of the task being optimised is not shown: write your own"}
+    own = tool_context.state.get("task") or ""
+    shown = []
+    if task and task != own and Path(own).name != task:
+        try:
+            kernel = load_task(task).reference_kernel
+        except TaskError as exc:
+            return {"error": str(exc)}
+        if kernel is not None:
+            shown.append({"path": f"jaxbench/{task}/kernel.py", "kind": "suite", "excerpt": excerpt(str(kernel))})
+    matches = examples_for(own, k=2) if own else []
+    for m in matches:
+        if len(shown) < 2 and all(m["path"] != e["path"] for e in shown):
+            shown.append({"path": m["path"], "kind": m["kind"], "excerpt": excerpt(m["file"])})
+    if not shown:
+        return {"error": "no task chosen and no suite task named: pass task, e.g. 8p_GEMM"}
+    return {"examples": shown}
+
+
+def examples_for(task_spec: str, k: int = 2) -> list[dict]:
+    """Retrieval for a session's task (a suite name or a folder); [] when the task cannot be loaded."""
+    from maxkernel.knowledge.examples import search
+    from maxkernel.tasks import TaskError, load_task
+
     try:
-        kernel = load_task(task).reference_kernel
-    except TaskError as exc:
-        return {"error": str(exc)}
-    if kernel is None:
-        return {"error": f"{task} has no reference kernel; try 8p_GEMM, 12p_RMSNorm, 1p_Flash_Attention, "
-                         "41k_Gemm_Add_ReLU or 50k_Matmul_GELU_Softmax"}
-    return {"task": task, "content": kernel.read_text()}
+        task = load_task(task_spec)
+    except (TaskError, OSError, ValueError):
+        return []
+    return search(task, k=k)

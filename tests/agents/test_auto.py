@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from maxkernel.settings import get_settings
 from maxkernel.tools.autotune import with_defaults
 
 ROOT = "maxkernel_auto"
@@ -98,6 +99,9 @@ def check_run(session, events, fixed_kernel, reason="iteration budget (1) used")
     assert best.name == "best_kernel.py" and best.read_text() == expected
     assert best.parent == Path(state["workspace"])
     assert said[-1].startswith(f"Done ({reason})") and "CORRECT" in said[-1]
+    # Kept for retrieval in later sessions, under the user's data folder.
+    proven = sorted((get_settings().data_dir / "proven" / Path(state["task"]).name).glob("*.py"))
+    assert any(p.read_text().endswith(best.read_text()) for p in proven), proven
 
     usage = state["usage"]
     assert usage["llm_calls"] == model_turns(events) == 9  # planner 1, then 2 each: call + closing note

@@ -24,6 +24,7 @@ from google.adk.events import Event
 from maxkernel.agents.roots import attempts
 from maxkernel.agents.roots._common import find_task, one_line, request_text, save_text_artifact, say, session_setup
 from maxkernel.agents.usage import FAULTS_KEY, USAGE_KEY
+from maxkernel.knowledge.examples import remember_proven
 from maxkernel.settings import get_settings
 
 __all__ = ["AutoOrchestrator", "StepFailed"]
@@ -315,6 +316,7 @@ class AutoOrchestrator(BaseAgent):
         shutil.copyfile(ws / "kernel.py", ws / "best_kernel.py")
         source = (ws / "best_kernel.py").read_text()
         version = await save_text_artifact(ctx, "best_kernel.py", source)
+        remember_proven(state["task"], source, verdict["summary"])  # for retrieval in later sessions
         return {"iteration": it, "path": str(ws / "best_kernel.py"), "speedup": verdict["speedup"],
                 "rank_speedup": verdict["rank_speedup"], "rank_label": verdict["rank_label"],
                 "status": verdict["status"], "artifact_version": version, "tuned": tuned or None,

@@ -4,9 +4,10 @@ current turn only: the prompt stays flat however many iterations a run has had."
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
-__all__ = ["KERNEL_RULES", "api_sheet", "context", "scoped", "provider", "LEDGER_LINES", "SOURCE_CHARS"]
+__all__ = ["KERNEL_RULES", "api_sheet", "examples_block", "context", "scoped", "provider", "LEDGER_LINES", "SOURCE_CHARS"]
 
 LEDGER_LINES = 12  # the newest attempts shown line by line; older ones are counted
 SOURCE_CHARS = 8000  # the best kernel's source is cut past this (a kernel file is ~1-4 KB)
@@ -29,6 +30,35 @@ def api_sheet() -> str:
 
         return "\n" + cheat_sheet() + "\n"
     except Exception:  # noqa: BLE001 - a broken jax install: the agent still gets its instruction
+        return ""
+
+
+EXAMPLE_CHARS = 1500  # per retrieved example in the implementer's instruction
+
+
+@functools.lru_cache(maxsize=64)
+def _examples(task: str) -> str:
+    from maxkernel.knowledge.examples import excerpt
+    from maxkernel.tools.lookup import examples_for
+
+    found = examples_for(task, k=2)
+    if not found:
+        return ""
+    parts = ["Closest real kernels (by what this task computes; read_example() gives longer excerpts):"]
+    for m in found:
+        parts.append(f"--- {m['path']} ({m['kind']})\n{excerpt(m['file'], EXAMPLE_CHARS)}")
+    return "\n".join(parts) + "\n"
+
+
+def examples_block(state) -> str:
+    """The 1-2 real kernels closest to the session's task, as excerpts with their paths; "" if none (an
+    instruction provider must never raise)."""
+    task = _get(state, "task", "")
+    if not task:
+        return ""
+    try:
+        return "\n" + _examples(str(task))
+    except Exception:  # noqa: BLE001
         return ""
 
 

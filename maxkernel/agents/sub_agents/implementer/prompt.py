@@ -1,6 +1,6 @@
 """The implementer's instruction: built per call from session state (see _common.scoped)."""
 
-from maxkernel.agents.sub_agents._common import KERNEL_RULES, api_sheet, context, provider, scoped
+from maxkernel.agents.sub_agents._common import KERNEL_RULES, api_sheet, context, examples_block, provider, scoped
 
 ROLE = """
 You are the implementer. Write the kernel that carries out the current plan, as the complete file kernel.py,
@@ -15,7 +15,7 @@ After writing the file, answer with one sentence saying what you wrote."""
 
 
 def _build(state) -> str:
-    return context(state) + ROLE + scoped(state, ledger=False) + "\n" + KERNEL_RULES + api_sheet() + ANSWER
+    return context(state) + ROLE + scoped(state, ledger=False) + "\n" + KERNEL_RULES + api_sheet() + examples_block(state) + ANSWER
 
 
 instruction = provider(_build)
