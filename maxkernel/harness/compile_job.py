@@ -11,7 +11,7 @@ from pathlib import Path
 from maxkernel import chips as chips_mod
 from maxkernel.harness.candidate_job import load_kernel
 from maxkernel.tasks import load_task
-from maxkernel.harness.hints import hint_for
+from maxkernel.harness.hints import diagnose
 
 __all__ = ["run", "supported_tpu_chips", "vmem_from_hlo", "vmem_from_error", "trim_error"]
 
@@ -38,7 +38,7 @@ def run(job: dict, scratch: Path) -> dict:
     chip = None if chip_name == "native" else chips_mod.get(chip_name)
 
     out = {"ok": False, "chip": chip.name if chip else "native", "stage": "lower", "error": None,
-           "hint": None, "vmem_bytes": None, "compile_s": 0.0, "lower_s": 0.0, "flops": None,
+           "hint": None, "hint_family": None, "vmem_bytes": None, "compile_s": 0.0, "lower_s": 0.0, "flops": None,
            "bytes_accessed": None, "roofline_s": None, "roofline_source": None, "memory": None}
 
     # Shapes only: full-size inputs are never allocated.
@@ -148,7 +148,9 @@ def trim_error(exc: BaseException) -> str:
 
 def _failed(out: dict, stage: str, exc: BaseException, chip) -> dict:
     full = str(exc)
-    out.update(stage=stage, error=trim_error(exc), hint=hint_for(full, chip), vmem_bytes=vmem_from_error(full))
+    found = diagnose(full, chip)
+    out.update(stage=stage, error=trim_error(exc), hint=found.hint if found else None,
+               hint_family=found.family if found else None, vmem_bytes=vmem_from_error(full))
     return out
 
 

@@ -102,6 +102,7 @@ class Evaluator:
         """
         verdict = self._judge(task, kernel, size=size, seeds=seeds, timeout=timeout, reps=reps, tunables=tunables,
                               detect_races=detect_races, exact_seeds=exact_seeds)
+        verdict = _with_hint(verdict, kernel, self.settings.chip)
         settings = get_settings()  # read now, not at construction: a long-lived evaluator follows changed settings
         wanted = settings.estimate if estimate is None else estimate
         if not (wanted and verdict.status == "correct" and verdict.backend == "cpu"):
@@ -514,3 +515,23 @@ def evaluate(task: str, kernel: str | Path, **kwargs) -> Verdict:
     """One evaluation with a fresh evaluator (two cold workers: the candidate's and the judge's)."""
     with Evaluator(WorkerPool(size=2)) as ev:
         return ev.evaluate(task, kernel, **kwargs)
+
+
+def _with_hint(verdict: Verdict, kernel, chip: str) -> Verdict:
+    """The verdict with the hint for its failure (from the reason, the detail and the per-seed mismatches, with
+    the kernel's source for the line), or on a correct verdict the first lint finding. The source is the file
+    the judge holds, not anything the candidate's process reported."""
+    from maxkernel.harness.hints import diagnose, lint
+
+    try:
+        source = Path(kernel).read_text(errors="replace")
+    except (OSError, TypeError):
+        source = None
+    if verdict.status == "correct":
+        found = lint(source)[0] if source and lint(source) else None
+    else:
+        text = "\n".join([verdict.reason, verdict.detail] + [c.reason for c in verdict.correctness.per_seed if not c.ok])
+        found = diagnose(text, chip, source)
+    if found is None:
+        return verdict
+    return verdict.model_copy(update={"hint": found.hint, "hint_family": found.family, "hint_line": found.line})

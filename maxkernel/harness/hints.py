@@ -1,19 +1,40 @@
-"""One-line, actionable hints for the compiler and lowering errors Pallas kernels commonly hit."""
+"""One-line, actionable hints for the errors a Pallas kernel can get: from the lowering, Mosaic, XLA:TPU via
+libtpu, the strict interpreter and the harness. Each names its error family, the cause and a concrete fix.
+Bugs no check fails on (a reduction over an axis marked parallel, a store that never runs) are found in the
+source by `lint`. benchmarks/hints.py and tests/harness/test_hints.py run a catalogue of real mistakes
+(maxkernel/knowledge/mistakes.py) through the real tools and require the right hint for each."""
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from maxkernel import chips as chips_mod
+from maxkernel import pysource
 
-__all__ = ["hint_for"]
+__all__ = ["Diagnosis", "diagnose", "hint_for", "lint"]
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    family: str  # e.g. renamed_api, block_alignment, vmem_overflow, missing_init
+    hint: str  # cause and fix, one line
+    line: int | None = None  # the kernel line it points at, when known
 
 _UNIT = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 def hint_for(error_text: str, chip=None) -> str | None:
     """A one-line fix for `error_text` on `chip` (a Chip, a chip name, or None), or None if unrecognised."""
+    found = diagnose(error_text, chip)
+    return found.hint if found else None
+
+
+def diagnose(error_text: str, chip=None, source: str | None = None) -> Diagnosis | None:
+    """The family and hint for an error (compiler, interpreter or harness text); with the kernel's `source`,
+    the line it points at, and the source's own lint when the text alone is ambiguous (NaN outputs)."""
     if not error_text:
         return None
     if isinstance(chip, str):
@@ -21,11 +42,120 @@ def hint_for(error_text: str, chip=None) -> str | None:
             chip = chips_mod.get(chip)
         except ValueError:
             chip = None
-    for pattern, make in _RULES:
+    for pattern, family, make in _RULES:
         m = re.search(pattern, error_text, re.S)
         if m:
-            return make(m, chip)
+            if family == "nan_output" and source:  # which of the causes this kernel has
+                specific = [d for d in lint(source) if d.family in ("missing_init", "store_condition")]
+                if specific:
+                    return specific[0]
+            return Diagnosis(family, make(m, chip), _line_of(family, m, source))
     return None
+
+
+def _line_of(family: str, m: re.Match, source: str | None) -> int | None:
+    """The first kernel line holding the name the error is about (an attribute, a primitive, a ref)."""
+    if not source:
+        return None
+    if family == "renamed_api":
+        name = _Swap(m).group(1)
+    elif family in ("unsupported_primitive", "smem_vector_load") and m.groups():
+        name = m.group(1) if family == "unsupported_primitive" else "SMEM"
+    elif family == "index_map_out_of_bounds":
+        name = m.group(2)
+    else:
+        return None
+    for n, text in enumerate(source.splitlines(), 1):
+        if name and re.search(rf"\b{re.escape(name)}\b", text):
+            return n
+    return None
+
+
+# -- lint: kernel bugs no check fails on here ----------------------------------------------------------------
+def _program_axis(node, ids: dict[str, int]) -> int | None:
+    """N when `node` is pl.program_id(N) or a name bound to it."""
+    if isinstance(node, ast.Name):
+        return ids.get(node.id)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "program_id"
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, int)):
+        return node.args[0].value
+    return None
+
+
+def _num_programs_axis(node) -> int | None:
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "num_programs"
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, int)):
+        return node.args[0].value
+    return None
+
+
+def _semantics(tree) -> tuple[list[str], int] | None:
+    """The dimension_semantics literal (lower-cased names) and its line."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "dimension_semantics" and \
+                isinstance(node.value, (ast.Tuple, ast.List)):
+            names = []
+            for e in node.value.elts:
+                if isinstance(e, ast.Constant) and isinstance(e.value, str):
+                    names.append(e.value.lower())
+                elif isinstance(e, ast.Attribute):
+                    names.append(e.attr.lower())
+                else:
+                    names.append("?")
+            return names, node.value.lineno
+    return None
+
+
+def lint(source: str) -> list[Diagnosis]:
+    """Bugs the strict interpreter cannot see on a CPU, found in the kernel's source: an accumulation axis
+    marked parallel (a race on a TPU with two TensorCores), a store condition that is never true, an
+    accumulator that is added to but never initialised. [] when none (or the source does not parse)."""
+    try:
+        tree = pysource.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    ids = {}
+    for node in ast.walk(tree):  # k = pl.program_id(2), and j, k = pl.program_id(1), pl.program_id(2)
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target, value = node.targets[0], node.value
+        pairs = (zip(target.elts, value.elts) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+                 and len(target.elts) == len(value.elts) else [(target, value)])
+        for t, v in pairs:
+            axis = _program_axis(v, {})
+            if isinstance(t, ast.Name) and axis is not None:
+                ids[t.id] = axis
+    found, inits = [], set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq)):
+            continue
+        axis = _program_axis(node.left, ids)
+        right = node.comparators[0]
+        if axis is None:
+            continue
+        if isinstance(right, ast.Constant) and right.value == 0:
+            inits.add(axis)
+        if _num_programs_axis(right) == axis:
+            found.append(Diagnosis("store_condition", f"`program_id({axis}) == pl.num_programs({axis})` is never "
+                                   f"true (steps run 0 .. num_programs - 1), so what it guards never runs: "
+                                   f"compare with pl.num_programs({axis}) - 1", node.lineno))
+    semantics = _semantics(tree)
+    if semantics:
+        names, line = semantics
+        for axis in sorted(inits):
+            if axis < len(names) and names[axis] == "parallel":
+                found.append(Diagnosis("parallel_reduction", f"grid axis {axis} accumulates (its first step "
+                                       f"initialises with program_id({axis}) == 0) but dimension_semantics marks "
+                                       f"it 'parallel': on a TPU with two TensorCores the steps race; mark it "
+                                       f"'arbitrary'", line))
+    accumulates = any(isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Subscript) for n in ast.walk(tree))
+    scratch = any(isinstance(n, ast.keyword) and n.arg == "scratch_shapes" for n in ast.walk(tree))
+    if accumulates and scratch and not inits:
+        line = next(n.lineno for n in ast.walk(tree) if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Subscript))
+        found.append(Diagnosis("missing_init", "a scratch accumulator is added to (+=) but never initialised: "
+                               "zero it on the first step of the reduction axis, "
+                               "@pl.when(pl.program_id(k) == 0): acc_ref[...] = jnp.zeros_like(acc_ref)", line))
+    return sorted(found, key=lambda d: d.line or 0)
 
 
 def _mib(n: float) -> str:
@@ -160,25 +290,105 @@ def _device_kind(m: re.Match, chip) -> str:
     return "The kernel queries the TPU it runs on: compile it for a named chip (--chip v5e, ...) on a CPU host"
 
 
+def _renamed(m: re.Match, chip) -> str:
+    from maxkernel.knowledge import lookup
+
+    module, name = m.group(2), m.group(1)
+    alias = {"jax.experimental.pallas": "pl", "jax.experimental.pallas.tpu": "pltpu",
+             "jax.experimental.pallas.mosaic_gpu": "plgpu", "jax.experimental.pallas.triton": "plt"}.get(module)
+    asked = f"{alias}.{name}" if alias else name
+    got = lookup(asked)
+    if "renamed_from" in got:
+        return got["note"]
+    if "name" in got:
+        return f"{asked} is not in the installed jax; it is {got['name']} ({got['import']})"
+    close = ", ".join(got.get("candidates", [])[:5])
+    return f"{asked} is not in the installed jax" + (f"; close names: {close}" if close else "") + \
+        " (look names up with pallas_api)"
+
+
+def _traced_bool(m: re.Match, chip) -> str:
+    return ("Python if/and/or/while on a traced value (pl.program_id, a loaded element) inside a kernel: use "
+            "@pl.when(cond) for a step that only some grid steps run, jnp.where / lax.select for values, "
+            "lax.fori_loop / lax.cond for control flow")
+
+
+def _contracting(m: re.Match, chip) -> str:
+    return (f"The matmul contracts a dimension of size {m.group(1)} with one of size {m.group(2)}: jnp.dot(a, b) "
+            "contracts a's last dim with b's first; check both blocks agree on K and pass dimension_numbers "
+            "(((1,), (0,)), ((), ())) unless you mean a transpose")
+
+
+def _store_dtype(m: re.Match, chip) -> str:
+    return (f"A store writes {m.group(2)} into a {m.group(1)} ref: cast the value first, "
+            "o_ref[...] = y.astype(o_ref.dtype)")
+
+
+def _oob_block(m: re.Match, chip) -> str:
+    return (f"The index_map of {m.group(2)} returns block index {m.group(1)}, past the end of the array: index maps "
+            "return block indices (element offset // block size), each below pl.cdiv(dim, block), for every grid step")
+
+
+def _nan_output(m: re.Match, chip) -> str:
+    return ("The output holds NaN: a scratch accumulator was never initialised (zero it under "
+            "@pl.when(pl.program_id(k) == 0)) or an output block is never written (the last step of axis k is "
+            "pl.num_programs(k) - 1)")
+
+
+def _output_decl(m: re.Match, chip) -> str:
+    return (f"workload returned {m.group(1)} but the task declares {m.group(2)}: return exactly those arrays, "
+            "cast to the declared dtype (out_shape=jax.ShapeDtypeStruct(shape, x.dtype), or .astype(x.dtype))")
+
+
+def _interpret(m: re.Match, chip) -> str:
+    return ("interpret=True is left in the kernel: delete it (or pass interpret=False); the harness runs the strict "
+            "TPU interpreter on CPU itself and compiles for the TPU elsewhere")
+
+
+def _f16_cast(m: re.Match, chip) -> str:
+    return "float16 is not a TPU vector type: use bfloat16 in the kernel (or cast to float32 outside it)"
+
+
 _N = r"([\d.]+)([KMG])"
-_RULES: list[tuple[str, Callable[[re.Match, object], str]]] = [
-    (rf"Scoped allocation with size {_N}\S* and limit {_N}", _scoped_oom),
-    (rf"Used {_N}\S* of {_N}\S* vmem", _capacity_oom),
-    (r"Allocation \(size=(\d+)\) would exceed memory \(size=(\d+)\).*?space=vmem", _allocation_oom),
-    (r"cannot statically prove that index in dimension (\d+) is a multiple of (\d+)", _unaligned),
-    (r"Unsupported matmul (LHS|RHS) type on target: vector<[\dx]*x(\w+)>", _matmul_dtype),
-    (r"Only vector<i16> and vector<i32> are supported, but got 'i8'", _int8_vector),
-    (r"Invalid vector type for load.*?xf16>|float16 is not supported|\bf16\b.*not supported", _f16),
-    (r"64-bit types are not supported", _x64),
-    (r"Unimplemented primitive in Pallas TPU lowering for \w+: (\w+)", _primitive),
-    (r"Only take_along_axis-like gathers supported", _gather),
-    (r"Can only load scalars from SMEM", _smem_vector),
-    (r"block shape are divisible by 8 and 128", _block_shape),
-    (r"Length of grid does not match length of dimension semantics", _dim_semantics),
-    (r"Only single \(1\) and double \(2\) buffering", _buffering),
-    (r"(?i)unsupported shape cast|not implemented: .*shape_cast", _shape_cast),
-    (r"whose size is a power of 2", _triton_pow2),
-    (r"exceeds available shared memory|Shared memory size limit exceeded", _gpu_smem),
-    (r"Compiler params for platform tpu cannot be used for gpu", _tpu_params_on_gpu),
-    (r"Unsupported TPU device kind", _device_kind),
+_RULES: list[tuple[str, str, Callable[[re.Match, object], str]]] = [
+    (rf"Scoped allocation with size {_N}\S* and limit {_N}", "vmem_overflow", _scoped_oom),
+    (rf"Used {_N}\S* of {_N}\S* vmem", "vmem_overflow", _capacity_oom),
+    (r"Allocation \(size=(\d+)\) would exceed memory \(size=(\d+)\).*?space=vmem", "vmem_overflow", _allocation_oom),
+    (r"cannot statically prove that index in dimension (\d+) is a multiple of (\d+)", "unaligned_offset", _unaligned),
+    (r"Unsupported matmul (LHS|RHS) type on target: vector<[\dx]*x(\w+)>", "dtype_per_chip", _matmul_dtype),
+    (r"Only vector<i16> and vector<i32> are supported, but got 'i8'", "dtype_per_chip", _int8_vector),
+    (r"Invalid vector type for load.*?xf16>|float16 is not supported|\bf16\b.*not supported", "dtype_per_chip", _f16),
+    (r"64-bit types are not supported", "x64", _x64),
+    (r"Unimplemented primitive in Pallas TPU lowering for \w+: (\w+)", "unsupported_primitive", _primitive),
+    (r"Only take_along_axis-like gathers supported", "unsupported_primitive", _gather),
+    (r"Can only load scalars from SMEM", "smem_vector_load", _smem_vector),
+    (r"block shape are divisible by 8 and 128", "block_alignment", _block_shape),
+    (r"Length of grid does not match length of dimension semantics", "dimension_semantics", _dim_semantics),
+    (r"Only single \(1\) and double \(2\) buffering", "buffer_depth", _buffering),
+    (r"(?i)unsupported shape cast|not implemented: .*shape_cast", "shape_cast", _shape_cast),
+    (r"whose size is a power of 2", "gpu_block_shape", _triton_pow2),
+    (r"exceeds available shared memory|Shared memory size limit exceeded", "gpu_shared_memory", _gpu_smem),
+    (r"Compiler params for platform tpu cannot be used for gpu", "wrong_platform", _tpu_params_on_gpu),
+    (r"Unsupported TPU device kind", "wrong_platform", _device_kind),
+    (r"has no attribute '(\w+)'.*?module '([\w.]+)'|module '([\w.]+)' has no attribute '(\w+)'", "renamed_api",
+     lambda m, c: _renamed(_Swap(m), c)),
+    (r"TracerBoolConversionError|Attempted boolean conversion of traced array", "traced_control_flow", _traced_bool),
+    (r"dot_general requires contracting dimensions to have the same shape, got \((\d+),?\) and \((\d+),?\)",
+     "contracting_dims", _contracting),
+    (r"Invalid dtype for `swap`\. Ref dtype: (\w+)\. Value dtype: (\w+)", "store_dtype", _store_dtype),
+    (r"Out-of-bounds block index (\([\d, ]+\)) for (?:input|output) \"(\w+)\"", "index_map_out_of_bounds", _oob_block),
+    (r"workload returned arrays (\[.*?\)\]); the task declares (\[.*?\)\])", "output_dtype", _output_decl),
+    (r"interpret= must be False or None", "interpret_left_in", _interpret),
+    (r"Unsupported cast: \w+ -> float16", "dtype_per_chip", _f16_cast),
+    (r"NaN/Inf values", "nan_output", _nan_output),
 ]
+
+
+class _Swap:
+    """The AttributeError match with (name, module) in groups 1 and 2 whichever way the message read."""
+
+    def __init__(self, m: re.Match):
+        self._g = (m.group(4), m.group(3)) if m.group(3) else (m.group(1), m.group(2))
+
+    def group(self, i: int) -> str:
+        return self._g[i - 1]

@@ -79,6 +79,11 @@ class Verdict(_Frozen):
     # The library kernels the candidate calls (jax.experimental.pallas.ops, tokamax, ...): its speed is then the
     # library's, not the agent's work; "" when it calls none.
     uses_library_kernel: str = ""
+    # Cause and fix of the failure (harness/hints.py), its error family and kernel line when known; on a correct
+    # verdict, a bug the CPU checks cannot see (lint: e.g. a reduction axis marked parallel).
+    hint: str = ""
+    hint_family: str = ""
+    hint_line: int | None = None
     integrity: dict = Field(default_factory=dict)  # the FLOP census: pallas_share, pallas_calls, ...
     isolation: str = ""  # bwrap (unprivileged user namespace, allow-listed mounts) or none
     passed_env: list[str] = Field(default_factory=list)  # extra variables the user let into the sandbox

@@ -25,6 +25,7 @@ class CompileResult(BaseModel):
     stage: str = Field(description="lower, compile (deviceless libtpu) or native.")
     error: str | None = None
     hint: str | None = None
+    hint_family: str | None = Field(None, description="The error family the hint is for (e.g. renamed_api).")
     vmem_bytes: int | None = Field(None, description="Scoped VMEM the kernel reserves (TPU).")
     vmem_limit_bytes: int | None = Field(None, description="The chip's default scoped VMEM limit.")
     compile_s: float | None = None
@@ -54,7 +55,8 @@ def _result(raw: dict, size: str) -> CompileResult:
         first = (raw.get("error") or "failed").splitlines()[0][:400]
         summary = f"FAILED at {raw.get('stage')} for {chip}: {first}" + (f"\nHint: {raw['hint']}" if raw.get("hint") else "")
     return CompileResult(ok=bool(raw.get("ok")), summary=summary, chip=chip, stage=raw.get("stage", ""),
-                         error=raw.get("error"), hint=raw.get("hint"), vmem_bytes=raw.get("vmem_bytes"),
+                         error=raw.get("error"), hint=raw.get("hint"), hint_family=raw.get("hint_family"),
+                         vmem_bytes=raw.get("vmem_bytes"),
                          vmem_limit_bytes=limit, compile_s=raw.get("compile_s"), flops=raw.get("flops"),
                          bytes_accessed=raw.get("bytes_accessed"), roofline_ms=roof * 1e3 if roof else None,
                          config=raw.get("config") or {})

@@ -34,6 +34,8 @@ class TestReport(BaseModel):
     seeds: list[int] = Field(default_factory=list)
     mismatch: list[Mismatch] = Field(default_factory=list)
     pallas_share: float | None = None
+    hint: str | None = Field(None, description="Cause and fix of the failure; on a pass, a bug no CPU check sees.")
+    hint_family: str | None = None
 
 
 def _block_of(index: list[int], shape_hint: list[dict]) -> list[int] | None:
@@ -63,7 +65,8 @@ def report_from_verdict(v: Verdict) -> TestReport:
     elif v.status == "incorrect" and mism:
         m = mism[0]
         where = f", grid block {tuple(m.block)}" if m.block else ""
-        nan = " NaN usually means an accumulator or scratch buffer was never initialised." if "NaN" in m.output else ""
+        nan = (" NaN usually means an accumulator or scratch buffer was never initialised."
+               if "NaN" in m.output and not v.hint else "")
         summary = f"FAIL on {len(mism)} of {len(v.correctness.seeds)} seeds. {m.output}{where}.{nan}"
         if races:
             summary = ("FAIL: the strict TPU interpreter detected a data race (a buffer read or written while a DMA "
@@ -72,10 +75,14 @@ def report_from_verdict(v: Verdict) -> TestReport:
         summary = f"FAIL: {v.reason}"
     else:
         summary = f"{v.status.upper()} at {v.stage or 'run'}: {v.reason}"
-    return TestReport(ok=ok, summary=summary[:1500], status=v.status, error=None if ok else v.reason,
+    if v.hint:
+        where = f" (kernel.py line {v.hint_line})" if v.hint_line else ""
+        summary = summary[:1200] + (f"\nWarning{where}: {v.hint}" if ok else f"\nHint{where}: {v.hint}")
+    return TestReport(ok=ok, summary=summary[:1600], status=v.status, error=None if ok else v.reason,
                       stage=v.stage, races=True if races else (False if ok else None),
                       max_rel_err=v.correctness.max_rel_err, tolerance=v.correctness.tolerance,
-                      seeds=v.correctness.seeds, mismatch=mism, pallas_share=v.integrity.get("pallas_share"))
+                      seeds=v.correctness.seeds, mismatch=mism, pallas_share=v.integrity.get("pallas_share"),
+                      hint=v.hint or None, hint_family=v.hint_family or None)
 
 
 def run_tests(task: str, kernel: str, size: str = "smoke", seeds: int = 3, timeout: float | None = None) -> TestReport:

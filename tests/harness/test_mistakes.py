@@ -1,0 +1,65 @@
+"""Every mistake in the catalogue (maxkernel/evals/mistakes.py), put through its real check (the deviceless
+TPU compiler, the strict interpreter, the verdict), gets a hint of its own family that names the fix; and
+the lint finds nothing in the suite's correct kernels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from maxkernel.evals.mistakes import MISTAKES, apply, run
+from maxkernel.harness.hints import diagnose, lint
+from maxkernel.tasks import load_task
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.unit
+def test_the_catalogue_covers_twenty_mistakes_of_many_families_over_several_tasks():
+    assert len(MISTAKES) >= 20 and len({m.name for m in MISTAKES}) == len(MISTAKES)
+    assert len({m.family for m in MISTAKES}) >= 15 and len({m.task for m in MISTAKES}) >= 2
+    assert {m.check for m in MISTAKES} == {"compile", "test", "evaluate"}
+    for m in MISTAKES:  # every edit applies to the shipped reference kernel exactly once
+        assert apply(m, load_task(m.task).reference_kernel.read_text()) != load_task(m.task).reference_kernel.read_text()
+
+
+@pytest.mark.unit
+def test_the_lint_is_quiet_on_correct_kernels():
+    files = sorted(ROOT.glob("jaxbench/*/kernel.py")) + sorted(ROOT.glob("maxkernel/agents/replay/kernels/*_fixed.py"))
+    assert {f.name: lint(f.read_text()) for f in files if lint(f.read_text())} == {}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("text,family", [
+    ("AttributeError: module 'jax.experimental.pallas.tpu' has no attribute 'TPUCompilerParams'", "renamed_api"),
+    ("TracerBoolConversionError: Attempted boolean conversion of traced array with shape bool[].", "traced_control_flow"),
+    ("ValueError: Invalid dtype for `swap`. Ref dtype: bfloat16. Value dtype: float32. ", "store_dtype"),
+    ('IndexError: Out-of-bounds block index (0, 1) for input "a_ref" in iteration (0, 0, 0)', "index_map_out_of_bounds"),
+    ("output 0: 98304 NaN/Inf values, first at (0, 0)", "nan_output"),
+    ("something nobody has seen", None),
+])
+def test_error_texts_map_to_their_family(text, family):
+    found = diagnose(text, "v5e")
+    assert (found.family if found else None) == family
+
+
+@pytest.mark.unit
+def test_a_nan_output_is_told_apart_by_the_source():
+    source = load_task("8p_GEMM").reference_kernel.read_text()
+    no_init = next(m for m in MISTAKES if m.family == "missing_init")
+    never = next(m for m in MISTAKES if m.family == "store_condition")
+    nan = "output 0: 98304 NaN/Inf values"
+    assert diagnose(nan, "v5e", apply(no_init, source)).family == "missing_init"
+    found = diagnose(nan, "v5e", apply(never, source))
+    assert found.family == "store_condition" and found.line is not None
+    assert "pl.num_programs(2) - 1" in found.hint
+    assert diagnose(nan, "v5e", source).family == "nan_output"  # no specific cause in a correct kernel
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mistake", MISTAKES, ids=[m.name for m in MISTAKES])
+def test_each_mistake_gets_a_hint_naming_its_cause_and_fix(mistake, tmp_path, evaluator):
+    got = run(mistake, tmp_path)
+    assert got["hint_family"] == mistake.family, got
+    assert mistake.expect in got["hint"], got
