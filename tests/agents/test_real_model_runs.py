@@ -90,14 +90,28 @@ async def test_six_iterations_flat_context_ledger_best_kernel_and_tuned_values(r
     assert "iteration 1: Flatten x" in planner_2 and "-> correct" in planner_2, planner_2[-2500:]
     implementer_2 = next(text for role, it, text in recorder.calls if role == "implementer" and it == 2)
     best_source = Path(state["result"]["kernel"]).read_text()
-    assert best_source in implementer_2
+    # The best as of iteration 2 is one of the best_kernel.py versions (a later iteration may beat it: the
+    # ranking is by measured time here, and the machine may be busy).
+    kw = {"app_name": runner.app_name, "user_id": "u", "session_id": session.id}
+    versions = await runner.artifact_service.list_versions(filename="best_kernel.py", **kw)
+    bests = [(await runner.artifact_service.load_artifact(filename="best_kernel.py", version=v, **kw)).text
+             for v in versions]
+    at = implementer_2.find("Best correct kernel so far (iteration 1")
+    assert at >= 0, implementer_2[:3000]
+    assert any(b in implementer_2 for b in bests), implementer_2[at:at + 3000]
 
     # Tuned values survive: the autotuner's best config is in the final kernel's defaults, and that file was
     # judged by the harness (a verdict of its own in the ledger) before it became the best.
+    untuned = declared_tunables((ROOT / "maxkernel/agents/replay/kernels/12p_RMSNorm_v1_fixed.py").read_text())[1]
+    (line,) = [x for x in state["ledger"] if x.startswith("iteration 1: autotuned rows=")]
+    config = {"rows": int(line.split("rows=")[1].split()[0].rstrip(":,"))}
+    assert "correct" in line and config != untuned, line
+    if "new best" in line:  # it beat the untuned kernel: that very file, tuned defaults and all, became the best
+        assert any(declared_tunables(b)[1] == config for b in bests), line
+    else:  # timing on a busy CPU can rank the tuned file below the untuned one; it was judged all the same
+        assert "not faster than the best" in line, line
     tuned = state["result"]["tuned"]
-    assert tuned and declared_tunables(best_source)[1] == tuned
-    assert tuned != declared_tunables((ROOT / "maxkernel/agents/replay/kernels/12p_RMSNorm_v1_fixed.py"
-                                       ).read_text())[1]
-    assert any(line.startswith("iteration 1: autotuned rows=") and "correct" in line for line in state["ledger"])
+    if tuned:  # the answer is the tuned file: its defaults are the tuned values
+        assert declared_tunables(best_source)[1] == tuned
     # Later iterations rewrote a source already judged: reused, never counted as new.
     assert sum("no new information" in line for line in state["ledger"]) >= 3
