@@ -103,13 +103,15 @@ async def test_six_iterations_flat_context_ledger_best_kernel_and_tuned_values(r
     # Tuned values survive: the autotuner's best config is in the final kernel's defaults, and that file was
     # judged by the harness (a verdict of its own in the ledger) before it became the best.
     untuned = declared_tunables((ROOT / "maxkernel/agents/replay/kernels/12p_RMSNorm_v1_fixed.py").read_text())[1]
-    (line,) = [x for x in state["ledger"] if x.startswith("iteration 1: autotuned rows=")]
-    config = {"rows": int(line.split("rows=")[1].split()[0].rstrip(":,"))}
-    assert "correct" in line and config != untuned, line
-    if "new best" in line:  # it beat the untuned kernel: that very file, tuned defaults and all, became the best
-        assert any(declared_tunables(b)[1] == config for b in bests), line
-    else:  # timing on a busy CPU can rank the tuned file below the untuned one; it was judged all the same
-        assert "not faster than the best" in line, line
+    # Each tuning that changed the defaults wrote them into the file and had it judged (a ledger line of its
+    # own). When the tuner's timing keeps the defaults (a busy CPU), nothing is written and nothing re-judged.
+    for line in [x for x in state["ledger"] if ": autotuned rows=" in x]:
+        config = {"rows": int(line.split("rows=")[1].split()[0].rstrip(":,"))}
+        assert "correct" in line and config != untuned, line
+        if "new best" in line:  # it beat the best: that very file, tuned defaults and all, became the best
+            assert any(declared_tunables(b)[1] == config for b in bests), line
+        else:  # timing on a busy CPU can rank the tuned file below the best; it was judged all the same
+            assert "not faster than the best" in line, line
     tuned = state["result"]["tuned"]
     if tuned:  # the answer is the tuned file: its defaults are the tuned values
         assert declared_tunables(best_source)[1] == tuned
