@@ -528,7 +528,8 @@ def _with_hint(verdict: Verdict, kernel, chip: str) -> Verdict:
     except (OSError, TypeError):
         source = None
     if verdict.status == "correct":
-        found = lint(source)[0] if source and lint(source) else None
+        findings = lint(source) if source else []
+        found = findings[0] if findings else None
     else:
         text = "\n".join([verdict.reason, verdict.detail] + [c.reason for c in verdict.correctness.per_seed if not c.ok])
         found = diagnose(text, chip, source)

@@ -73,5 +73,9 @@ def library_kernels(source: str) -> list[str]:
                 path = ".".join([bound[parts[0]], *parts[1:]])
                 if _is_library(path):
                     found.add(path)
+            elif isinstance(node, ast.Attribute) and node.attr == "ops" and (parts is None or parts[0] not in bound):
+                # `.ops` off a name or expression the bindings above cannot follow ([pl][0].ops, f().ops): the way
+                # to jax's packaged kernels without naming the module, so it counts as reaching them.
+                found.add(f"{LIBRARY_PACKAGES[0]} (reached through an expression, line {node.lineno})")
     # Report the deepest path per library module reached (a.b.c covers a.b).
     return sorted(p for p in found if not any(q != p and q.startswith(p + ".") for q in found))

@@ -38,6 +38,17 @@ def test_library_kernels_are_found_however_they_are_reached(source, found):
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("source", [
+    "from jax.experimental import pallas as pl\ny = [pl][0].ops.tpu.matmul.matmul\n",
+    "from jax.experimental import pallas as pl\ndef f():\n    return pl\ny = f().ops.tpu.matmul.matmul\n",
+    "from jax.experimental import pallas as pl\no = (pl,)[0]\ny = o.ops\n",
+])
+def test_reaching_the_library_through_an_expression_is_still_named(source):
+    (got,) = library_kernels(source)
+    assert got.startswith("jax.experimental.pallas.ops (reached through an expression, line ")
+
+
+@pytest.mark.unit
 def test_no_shipped_kernel_is_taken_for_a_library_kernel():
     files = sorted(ROOT.glob("jaxbench/*/kernel.py")) + sorted(ROOT.glob("maxkernel/agents/replay/kernels/*.py"))
     assert len(files) > 5
