@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Mistake", "MISTAKES", "apply", "run"]
+__all__ = ["Mistake", "MISTAKES", "apply", "base_source", "run"]
+
+BASES = Path(__file__).with_name("bases")
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,17 @@ class Mistake:
     edits: tuple[tuple[str, str], ...]  # (old, new) text replacements, each must apply exactly once
     chip: str = "v5e"
     expect: str = ""  # a phrase the hint must contain (the fix), checked by the tests
+    base: str = ""  # a correct kernel in maxkernel/evals/bases/ to edit instead of the task's reference kernel
+    timeout: float | None = None  # seconds for a check whose failure is a hang
+
+
+def base_source(mistake: Mistake) -> str:
+    """The correct kernel the mistake edits: its own base file, else the task's shipped reference kernel."""
+    if mistake.base:
+        return (BASES / mistake.base).read_text()
+    from maxkernel.tasks import load_task
+
+    return load_task(mistake.task).reference_kernel.read_text()
 
 
 def apply(mistake: Mistake, source: str) -> str:
@@ -58,7 +71,7 @@ MISTAKES: tuple[Mistake, ...] = (
              ("block_rows: int = 128,", "block_rows: int = 100,")),
             expect="multiples of 8 and 128"),
     Mistake("rmsnorm-vmem-overflow", "vmem_overflow", "12p_RMSNorm", "compile",
-            (("block_rows: int = 128,", "block_rows: int = 1024,"),), expect="shrink the blocks"),
+            (("block_rows: int = 128,", "block_rows: int = 1024,"),), expect="Shrink x_ref"),
     Mistake("gemm-fp8-on-v4", "dtype_per_chip", "8p_GEMM", "compile",
             (("jnp.dot(a_ref[...], b_ref[...],",
               "jnp.dot(a_ref[...].astype(jnp.float8_e4m3fn), b_ref[...].astype(jnp.float8_e4m3fn),"),),
@@ -109,6 +122,10 @@ MISTAKES: tuple[Mistake, ...] = (
     Mistake("gemm-semantics-length", "dimension_semantics", "8p_GEMM", "compile",
             ((_GEMM_PARAMS, _GEMM_PARAMS.replace('"parallel", "parallel", "arbitrary"', '"parallel", "arbitrary"')),),
             expect="one entry per grid axis"),
+    Mistake("rmsnorm-dma-started-never-waited", "dma_sync", "12p_RMSNorm", "test",
+            (("    copy.wait()\n", ""),), base="rmsnorm_manual_dma.py", expect="copy.wait()"),
+    Mistake("rmsnorm-dma-waited-never-started", "dma_sync", "12p_RMSNorm", "test",
+            (("    copy.start()\n", ""),), base="rmsnorm_manual_dma.py", expect="copy.start()", timeout=20),
 )
 
 
@@ -116,18 +133,17 @@ def run(mistake: Mistake, folder: Path) -> dict:
     """Write the mistake's kernel into `folder` and put it through its check with the real tool; returns
     {"name", "family", "check", "hint", "hint_family", "text"} (text: what the tool said, for a reader)."""
     from maxkernel.harness.evaluate import shared_evaluator
-    from maxkernel.tasks import load_task
     from maxkernel.tools.compile_pallas import compile_pallas
     from maxkernel.tools.run_tests import run_tests
 
     folder.mkdir(parents=True, exist_ok=True)
     kernel = folder / "kernel.py"
-    kernel.write_text(apply(mistake, load_task(mistake.task).reference_kernel.read_text()))
+    kernel.write_text(apply(mistake, base_source(mistake)))
     if mistake.check == "compile":
         r = compile_pallas(mistake.task, str(kernel), mistake.chip)
         hint, family, text = r.hint, r.hint_family, r.error or r.summary
     elif mistake.check == "test":
-        r = run_tests(mistake.task, str(kernel), seeds=1)
+        r = run_tests(mistake.task, str(kernel), seeds=1, timeout=mistake.timeout)
         hint, family, text = r.hint, r.hint_family, r.summary
     else:
         v = shared_evaluator().evaluate(mistake.task, kernel, size="smoke", estimate=False)

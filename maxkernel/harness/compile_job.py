@@ -86,11 +86,21 @@ def run(job: dict, scratch: Path) -> dict:
             compiled = lowered.compile()
     except Exception as exc:  # noqa: BLE001
         out["compile_s"] = time.perf_counter() - t0
-        return _failed(out, "compile", exc, chip)
+        return _failed(out, "compile", exc, chip, footprint=lambda: _footprint(fn, structs, chip))
     out["compile_s"] = time.perf_counter() - t0
     out.update(ok=True, vmem_bytes=vmem_from_hlo(compiled.as_text()), memory=_memory(compiled))
     _fill_costs(out, compiled, chip, task, size, structs)
     return out
+
+
+def _footprint(fn, structs, chip) -> list:
+    """The program's VMEM buffers, traced again at the failing shapes (no compile)."""
+    import jax
+
+    from maxkernel.harness import vmem_footprint
+
+    with chips_mod.trace_context(chip):
+        return vmem_footprint.buffers(jax.make_jaxpr(fn)(*structs))
 
 
 def supported_tpu_chips() -> list[str]:
@@ -146,11 +156,25 @@ def trim_error(exc: BaseException) -> str:
     return text if len(text) <= _ERROR_CHARS else text[: _ERROR_CHARS - 1] + "…"
 
 
-def _failed(out: dict, stage: str, exc: BaseException, chip) -> dict:
+def _failed(out: dict, stage: str, exc: BaseException, chip, footprint=None) -> dict:
+    """`footprint`: a thunk giving the VMEM buffers, asked only when the error is an out-of-VMEM one."""
     full = str(exc)
     found = diagnose(full, chip)
-    out.update(stage=stage, error=trim_error(exc), hint=found.hint if found else None,
-               hint_family=found.family if found else None, vmem_bytes=vmem_from_error(full))
+    hint = found.hint if found else None
+    out.update(stage=stage, error=trim_error(exc), hint_family=found.family if found else None,
+               vmem_bytes=vmem_from_error(full))
+    if found and found.family == "vmem_overflow" and footprint is not None:
+        from maxkernel.harness.vmem_footprint import describe
+
+        try:
+            bufs = footprint()
+        except Exception:  # noqa: BLE001  (the hint is a help: a kernel that fails to re-trace keeps the plain one)
+            bufs = []
+        if bufs:
+            hint = f"{hint} ({describe(bufs, out['vmem_bytes'])})"
+            out["vmem_buffers"] = [{"name": b.name, "kind": b.kind, "shape": list(b.shape), "dtype": b.dtype,
+                                    "copies": b.copies, "bytes": b.total} for b in bufs]
+    out["hint"] = hint
     return out
 
 

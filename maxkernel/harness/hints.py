@@ -1,8 +1,8 @@
 """One-line, actionable hints for the errors a Pallas kernel can get: from the lowering, Mosaic, XLA:TPU via
 libtpu, the strict interpreter and the harness. Each names its error family, the cause and a concrete fix.
 Bugs no check fails on (a reduction over an axis marked parallel, a store that never runs) are found in the
-source by `lint`. benchmarks/hints.py and tests/harness/test_hints.py run a catalogue of real mistakes
-(maxkernel/knowledge/mistakes.py) through the real tools and require the right hint for each."""
+source by `lint`. benchmarks/hints.py and tests/harness/test_mistakes.py run a catalogue of real mistakes
+(maxkernel/evals/mistakes.py) through the real tools and require the right hint for each."""
 
 from __future__ import annotations
 
@@ -45,12 +45,16 @@ def diagnose(error_text: str, chip=None, source: str | None = None) -> Diagnosis
     for pattern, family, make in _RULES:
         m = re.search(pattern, error_text, re.S)
         if m:
-            if family == "nan_output" and source:  # which of the causes this kernel has
-                specific = [d for d in lint(source) if d.family in ("missing_init", "store_condition")]
+            if family in _SOURCE_CAUSES and source:  # which of the causes this kernel has
+                specific = [d for d in lint(source) if d.family in _SOURCE_CAUSES[family]]
                 if specific:
                     return specific[0]
             return Diagnosis(family, make(m, chip), _line_of(family, m, source))
     return None
+
+
+# A failure whose text has several causes: the lint families, read in the kernel's source, that tell them apart.
+_SOURCE_CAUSES = {"nan_output": ("missing_init", "store_condition", "dma_sync"), "timeout": ("dma_sync",)}
 
 
 def _line_of(family: str, m: re.Match, source: str | None) -> int | None:
@@ -155,7 +159,70 @@ def lint(source: str) -> list[Diagnosis]:
         found.append(Diagnosis("missing_init", "a scratch accumulator is added to (+=) but never initialised: "
                                "zero it on the first step of the reduction axis, "
                                "@pl.when(pl.program_id(k) == 0): acc_ref[...] = jnp.zeros_like(acc_ref)", line))
+    found += _dma_pairing(tree)
     return sorted(found, key=lambda d: d.line or 0)
+
+
+_COPY_MAKERS = ("make_async_copy", "make_async_remote_copy")
+
+
+def _called_attr(node) -> str | None:
+    """'start' for `<receiver>.start()`, else None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args:
+        return node.func.attr
+    return None
+
+
+def _dma_pairing(tree) -> list[Diagnosis]:
+    """A DMA descriptor bound to a name and started but never waited on (the copy may still be in flight when
+    its buffer is read, and never lands under the interpreter), or waited on but never started (the wait never
+    returns). Only names used purely as `.start()` / `.wait()` receivers are judged, and only when no other
+    receiver in the module (an inline descriptor, a list element, a helper's result) could pair with them."""
+    descriptors: dict[str, int] = {}  # name -> line it is bound on
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Call)):
+            func = node.value.func
+            maker = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if maker in _COPY_MAKERS:
+                descriptors.setdefault(node.targets[0].id, node.lineno)
+    if not descriptors:
+        return []
+    calls: dict[str, dict[str, int]] = {name: {"start": 0, "wait": 0} for name in descriptors}
+    other = {"start": 0, "wait": 0}  # start()/wait() on anything but a judged name
+    receivers = set()
+    for node in ast.walk(tree):
+        attr = _called_attr(node)
+        if attr in ("start", "wait"):
+            base = node.func.value
+            if isinstance(base, ast.Name) and base.id in calls:
+                calls[base.id][attr] += 1
+                receivers.add(id(base))
+            elif not (isinstance(base, ast.Name) and "sem" in base.id.lower()):
+                other[attr] += 1
+        if isinstance(node, ast.Call):
+            func = node.func
+            if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)) == "async_copy":
+                other["start"] += 1  # pltpu.async_copy starts the copy it returns
+    loads = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in calls and isinstance(node.ctx, ast.Load):
+            loads.setdefault(node.id, []).append(id(node) in receivers)
+    found = []
+    for name, line in descriptors.items():
+        if not all(loads.get(name, [True])):
+            continue  # handed elsewhere (a list, a helper, a return): its pairing is not visible here
+        n = calls[name]
+        if n["start"] and not n["wait"] and not other["wait"]:
+            found.append(Diagnosis("dma_sync", f"the DMA `{name}` is started but never waited on: the copy may "
+                                   f"still be in flight when its destination is read (under the interpreter it "
+                                   f"never lands) and the kernel exits with its semaphore signalled; call "
+                                   f"{name}.wait() before using the destination", line))
+        elif n["wait"] and not n["start"] and not other["start"]:
+            found.append(Diagnosis("dma_sync", f"the DMA `{name}` is waited on but never started, so the wait "
+                                   f"never returns (the run hangs until it is killed): call {name}.start() "
+                                   f"before {name}.wait()", line))
+    return found
 
 
 def _mib(n: float) -> str:
@@ -345,6 +412,12 @@ def _interpret(m: re.Match, chip) -> str:
             "TPU interpreter on CPU itself and compiles for the TPU elsewhere")
 
 
+def _timeout(m: re.Match, chip) -> str:
+    return ("The run was killed at its time limit: a .wait() on a DMA or semaphore that nothing signals never "
+            "returns (start every copy before waiting on it); otherwise the grid is too large for the interpreter "
+            "at this size (test with --size smoke)")
+
+
 def _f16_cast(m: re.Match, chip) -> str:
     return "float16 is not a TPU vector type: use bfloat16 in the kernel (or cast to float32 outside it)"
 
@@ -381,6 +454,7 @@ _RULES: list[tuple[str, str, Callable[[re.Match, object], str]]] = [
     (r"interpret= must be False or None", "interpret_left_in", _interpret),
     (r"Unsupported cast: \w+ -> float16", "dtype_per_chip", _f16_cast),
     (r"NaN/Inf values", "nan_output", _nan_output),
+    (r"the candidate did not finish within [\d.]+ ?s", "timeout", _timeout),
 ]
 
 

@@ -28,6 +28,8 @@ class CompileResult(BaseModel):
     hint_family: str | None = Field(None, description="The error family the hint is for (e.g. renamed_api).")
     vmem_bytes: int | None = Field(None, description="Scoped VMEM the kernel reserves (TPU).")
     vmem_limit_bytes: int | None = Field(None, description="The chip's default scoped VMEM limit.")
+    vmem_buffers: list[dict] = Field(default_factory=list, description="On a VMEM overflow: each block and "
+                                     "scratch buffer (name, kind, shape, dtype, copies, bytes), largest first.")
     compile_s: float | None = None
     flops: float | None = None
     bytes_accessed: float | None = None
@@ -56,7 +58,7 @@ def _result(raw: dict, size: str) -> CompileResult:
         summary = f"FAILED at {raw.get('stage')} for {chip}: {first}" + (f"\nHint: {raw['hint']}" if raw.get("hint") else "")
     return CompileResult(ok=bool(raw.get("ok")), summary=summary, chip=chip, stage=raw.get("stage", ""),
                          error=raw.get("error"), hint=raw.get("hint"), hint_family=raw.get("hint_family"),
-                         vmem_bytes=raw.get("vmem_bytes"),
+                         vmem_bytes=raw.get("vmem_bytes"), vmem_buffers=raw.get("vmem_buffers") or [],
                          vmem_limit_bytes=limit, compile_s=raw.get("compile_s"), flops=raw.get("flops"),
                          bytes_accessed=raw.get("bytes_accessed"), roofline_ms=roof * 1e3 if roof else None,
                          config=raw.get("config") or {})
