@@ -50,10 +50,15 @@ class Task:
 
     @cached_property
     def digest(self) -> str:
-        """Content hash of baseline.py and the shared helpers, for caching references."""
+        """Content hash of baseline.py and the shared helpers (for a folder task, every file it ships to a job:
+        a reference function beside baseline.py counts), for caching references."""
         h = hashlib.sha256(self.baseline_file.read_bytes())
         common = Path(jaxbench.__file__).with_name("_common.py")
         h.update(common.read_bytes())
+        if self.source != "jaxbench":
+            for p in sorted(self.path.iterdir()):
+                if p.is_file() and p.suffix in (".py", ".json") and p.name not in ("baseline.py", "validation.json"):
+                    h.update(p.name.encode() + b"\0" + p.read_bytes())
         return h.hexdigest()[:16]
 
     @property
