@@ -59,12 +59,15 @@ def task_info(tool_context: ToolContext) -> dict:
     shapes = jax.eval_shape(lambda: task.create_inputs(size=size, seed=0))
     outs = jax.eval_shape(task.module.workload, *shapes)
     leaves = jax.tree_util.tree_leaves(outs)
+    # A task made by `maxkernel task new` keeps the user's function beside baseline.py: the reference is there.
+    beside = {p.name: p.read_text(errors="replace")[:8000] for p in sorted(task.path.iterdir())
+              if task.source == "folder" and p.is_file() and p.suffix == ".py" and p.name not in ("baseline.py", "kernel.py")}
     return {
         "task": task.name, "size": size, "config": task.config,
         "inputs": [f"{s.dtype}{list(s.shape)}" for s in shapes],
         "outputs": [f"{o.dtype}{list(o.shape)}" for o in leaves],
         "tolerance": {str(o.dtype): task.tolerance(str(o.dtype)) for o in leaves},
-        "flops": task.flops(size), "baseline_py": task.baseline_file.read_text(),
+        "flops": task.flops(size), "baseline_py": task.baseline_file.read_text(), **({"reference_files": beside} if beside else {}),
         "examples": "read_example() shows the real kernels closest to this task (jax's own ops, the suite's, "
                     "proven ones)",
     }
