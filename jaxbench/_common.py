@@ -11,13 +11,25 @@ import jax.numpy as jnp
 DISTRIBUTIONS = ("normal", "uniform", "heavy")
 
 
-def dims(config: dict, sizes: dict, size: str) -> dict:
-    """The task's parameters at `size`: CONFIG for 'full', CONFIG overridden by SIZES[size] otherwise."""
-    if size == "full":
-        return dict(config)
-    if size not in sizes:
-        raise ValueError(f"unknown size {size!r}; this task has 'full' and {sorted(sizes)}")
-    return {**config, **sizes[size]}
+def dims(config: dict, sizes: dict, size: str, configs: dict | None = None) -> dict:
+    """The task's parameters at `size`: CONFIG for 'full', CONFIG overridden by SIZES[size] otherwise.
+
+    A task with several named configs (CONFIGS = {"prefill": {}, "decode": {"seq_q": 1}}: overrides of CONFIG, the
+    first the default) is asked for "SIZE@NAME": CONFIG, then SIZES[SIZE], then CONFIGS[NAME] (so decode's one query
+    row stays one at the smoke size), then SIZES["SIZE@NAME"] when a config needs its own smoke dims.
+    """
+    base, _, name = size.partition("@")
+    if base != "full" and base not in sizes:
+        raise ValueError(f"unknown size {size!r}; this task has 'full' and {sorted(k for k in sizes if '@' not in k)}")
+    out = dict(config)
+    if base != "full":
+        out.update(sizes[base])
+    if name:
+        if not configs or name not in configs:
+            raise ValueError(f"unknown config {name!r}; this task has {sorted(configs or {})}")
+        out.update(configs[name])
+        out.update(sizes.get(size, {}))
+    return out
 
 
 def distribution(seed: int) -> str:

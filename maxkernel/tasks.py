@@ -72,8 +72,26 @@ class Task:
         return dict(getattr(self.module, "CONFIG", {}))
 
     @property
+    def configs(self) -> list[str]:
+        """The task's named configs (CONFIGS in baseline.py, the first the default), or [] for a single config."""
+        declared = getattr(self.module, "CONFIGS", None) or {}
+        if not isinstance(declared, dict) or not all(isinstance(v, dict) for v in declared.values()):
+            raise TaskError(f"{self.baseline_file}: CONFIGS must map config names to dicts of overrides")
+        return list(declared)
+
+    @property
     def sizes(self) -> list[str]:
-        return ["full"] + sorted(getattr(self.module, "SIZES", {}))
+        """'full', the declared sizes, and for every config after the first 'SIZE@CONFIG' of each."""
+        base = ["full"] + sorted(k for k in getattr(self.module, "SIZES", {}) if "@" not in k)
+        return base + [f"{s}@{c}" for c in self.configs[1:] for s in base]
+
+    def config_sizes(self, size: str) -> dict[str, str]:
+        """Config name -> the size name that runs it at `size` ('smoke' -> {'prefill': 'smoke', 'decode':
+        'smoke@decode'}); {} for a single-config task or a size already naming its config."""
+        names = self.configs
+        if len(names) < 2 or "@" in size:
+            return {}
+        return {c: (size if i == 0 else f"{size}@{c}") for i, c in enumerate(names)}
 
     @property
     def fits_chips(self) -> tuple[str, ...]:

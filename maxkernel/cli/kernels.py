@@ -53,6 +53,9 @@ def evaluate(target: Target, seeds: int, replay_seeds: str | None, timeout: floa
         lines.append(v.estimate.get("summary") or "")
     if v.flags:
         lines.append("flags: " + ", ".join(v.flags))
+    for name, c in v.configs.items():
+        speed = f", speedup {c['speedup']:.3f}x" if c.get("speedup") else ""
+        lines.append(f"  config {name} ({c['size']}): {c['status']}{speed}" + (f": {c['reason'][:160]}" if c["reason"] else ""))
     emit(as_json, v.model_dump(), "\n".join(lines))
 
 

@@ -99,7 +99,22 @@ class Evaluator:
 
         Off a TPU, a correct kernel's verdict also carries the TPU estimate for the settings' chip at full size
         (`estimate=None` follows MAXKERNEL_ESTIMATE): the measured CPU speedup and the estimate, each labelled.
+        A task with several configs is judged on each (the same seeds) and the verdicts combined (configs.py).
         """
+        task_obj = task if isinstance(task, Task) else load_task(task)
+        per_config = task_obj.config_sizes(size)
+        if per_config:
+            from maxkernel.harness.configs import combine
+
+            return combine(size, {name: (sz, self._one(task_obj, kernel, size=sz, seeds=seeds, timeout=timeout,
+                                                        reps=reps, tunables=tunables, detect_races=detect_races,
+                                                        exact_seeds=exact_seeds, estimate=estimate))
+                                  for name, sz in per_config.items()})
+        return self._one(task_obj, kernel, size=size, seeds=seeds, timeout=timeout, reps=reps, tunables=tunables,
+                         detect_races=detect_races, exact_seeds=exact_seeds, estimate=estimate)
+
+    def _one(self, task: Task, kernel, *, size: str, seeds, timeout, reps, tunables, detect_races, exact_seeds,
+             estimate) -> Verdict:
         verdict = self._judge(task, kernel, size=size, seeds=seeds, timeout=timeout, reps=reps, tunables=tunables,
                               detect_races=detect_races, exact_seeds=exact_seeds)
         verdict = _with_hint(verdict, kernel, self.settings.chip)
@@ -109,9 +124,10 @@ class Evaluator:
             return verdict
         from maxkernel.harness.estimate import estimate as tpu_estimate
 
-        task_obj = task if isinstance(task, Task) else load_task(task)
+        task_obj = task
+        full = "full" + (size[size.index("@"):] if "@" in size else "")  # the estimate is at full size, per config
         est = tpu_estimate(str(task_obj.path if task_obj.source != "jaxbench" else task_obj.name), str(kernel),
-                           settings.chip, "full" if "full" in task_obj.sizes else size, tunables)
+                           settings.chip, full if full in task_obj.sizes else size, tunables)
         return verdict.model_copy(update={"estimate": est.model_dump(exclude={"kernel", "baseline"})})
 
     def _judge(self, task: str | Task, kernel: str | Path, *, size: str, seeds: list[int] | None,

@@ -95,6 +95,9 @@ class Verdict(_Frozen):
     # Off a TPU: the TPU estimate for the target chip (harness.estimate.Estimate, without its per-program parts),
     # labelled as an estimate; what the loop, search and autotuner rank by there.
     estimate: dict | None = None
+    # A task with several named configs: config -> {size, status, reason, speedup, max_rel_err, speedup_estimate,
+    # kernel_ms, baseline_ms}; the verdict above is the combination (harness/configs.py). {} for one config.
+    configs: dict = Field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

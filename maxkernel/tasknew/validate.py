@@ -12,7 +12,7 @@ import numpy as np
 from maxkernel.harness import numerics
 from maxkernel.tasks import DEFAULT_TOLERANCE
 
-__all__ = ["Check", "Refused", "trace_full", "costs", "time_smoke", "calibrate", "degenerate_leaves",
+__all__ = ["Check", "Refused", "trace_full", "costs", "time_smoke", "calibrate", "degenerate_leaves", "suite_checks",
            "SMOKE_SECONDS", "MAX_TOLERANCE"]
 
 # A smoke run (after its compile) must take at most this on a CPU: the harness runs it for several seeds, under
@@ -20,6 +20,8 @@ __all__ = ["Check", "Refused", "trace_full", "costs", "time_smoke", "calibrate",
 SMOKE_SECONDS = 2.0
 # A function whose own low-precision output is this far from its f32 run cannot tell a right kernel from a wrong one.
 MAX_TOLERANCE = 0.25
+# The same bound for a shipped task, checked while the test suite shares the CPU (timings there run ~2-3x slower).
+SUITE_SMOKE_SECONDS = 5.0
 _CALIBRATION_SEEDS = (1, 2, 3)  # one of each input distribution
 
 
@@ -41,11 +43,11 @@ def _leaves(tree) -> list:
     return jax.tree_util.tree_leaves(tree)
 
 
-def trace_full(task) -> tuple[Check, list]:
+def trace_full(task, size: str = "full") -> tuple[Check, list]:
     """The function traces at the full shapes (nothing allocated); returns the output leaves' structs."""
     import jax
 
-    structs = jax.eval_shape(lambda: task.create_inputs(size="full", seed=0))
+    structs = jax.eval_shape(lambda: task.create_inputs(size=size, seed=0))
     try:
         outs = _leaves(jax.eval_shape(task.module.workload, *structs))
     except Exception as exc:  # noqa: BLE001  (the user's function can raise anything)
@@ -78,14 +80,14 @@ def _run(task, seed: int, size: str = "smoke"):
     return inputs, jax.block_until_ready(jax.jit(task.module.workload)(*inputs))
 
 
-def time_smoke(task) -> Check:
+def time_smoke(task, size: str = "smoke") -> Check:
     """The smoke size runs (compile, then one timed run) with finite outputs."""
     t0 = time.perf_counter()
     try:
-        _run(task, 0)
+        _run(task, 0, size)
         compiled = time.perf_counter() - t0
         t0 = time.perf_counter()
-        _, out = _run(task, 1)
+        _, out = _run(task, 1, size)
     except Exception as exc:  # noqa: BLE001
         raise Refused(f"the function fails at the smoke size: {type(exc).__name__}: "
                       f"{str(exc).splitlines()[0][:300]}") from None
@@ -105,12 +107,12 @@ def _declared(leaf) -> str:
     return str(np.asarray(leaf).dtype)
 
 
-def calibrate(task) -> tuple[Check, dict]:
+def calibrate(task, size: str = "smoke") -> tuple[Check, dict]:
     """Per output dtype: the function's own error against its f32-widened run, over three seeds (one per input
     distribution); the bound is 3x that, never below the harness default; integer and boolean outputs exact."""
     worst: dict[str, float] = {}
     for seed in _CALIBRATION_SEEDS:
-        inputs, out = _run(task, seed)
+        inputs, out = _run(task, seed, size)
         refs = numerics.reference_outputs(task.module.workload, inputs)
         for leaf, ref in zip(_leaves(out), refs):
             dt = _declared(leaf)
@@ -134,11 +136,11 @@ def _is_float(dtype_name: str) -> bool:
     return dtype_name.startswith(("float", "bfloat"))
 
 
-def degenerate_leaves(task, tolerance: dict) -> Check:
+def degenerate_leaves(task, tolerance: dict, size: str = "smoke") -> Check:
     """Every output must fail the task's own check against zeros, a constant and another seed's output (else a
     kernel returning that would pass); raises Refused naming the output and the stand-in that passed."""
-    inputs1, out1 = _run(task, 1)
-    inputs2, _ = _run(task, 2)
+    inputs1, out1 = _run(task, 1, size)
+    inputs2, _ = _run(task, 2, size)
     refs1 = numerics.reference_outputs(task.module.workload, inputs1)
     refs2 = numerics.reference_outputs(task.module.workload, inputs2)
     for i, (leaf, ref, other) in enumerate(zip(_leaves(out1), refs1, refs2)):
@@ -159,3 +161,30 @@ def degenerate_leaves(task, tolerance: dict) -> Check:
                               f"would be judged correct; make the output depend on the inputs (or drop it)")
     return Check("output non-degenerate", True, "zeros, a constant, ones and another seed's output all fail the "
                                                 "tolerance for every output")
+
+
+def suite_checks(task) -> list[Check]:
+    """A shipped task's proof, per config: it traces at full size, its smoke size runs in seconds, its own
+    low-precision error sits within the tolerance the harness will apply, and no output is degenerate under that
+    tolerance. Raises Refused on the first failure."""
+    pairs = task.config_sizes("smoke") or {"": "smoke"}
+    checks = []
+    for name, smoke in pairs.items():
+        full = smoke.replace("smoke", "full", 1)
+        where = f" [{name}]" if name else ""
+        traced, outs = trace_full(task, full)
+        timed = time_smoke(task, smoke)
+        if timed.data["run_s"] > SUITE_SMOKE_SECONDS:
+            raise Refused(f"{task.name}{where}: a smoke run takes {timed.data['run_s']:.2f} s "
+                          f"(at most {SUITE_SMOKE_SECONDS:g} here, where the suite's tests share the CPU)")
+        calibrated, _ = calibrate(task, smoke)
+        tolerance = {}
+        for dt, err in calibrated.data["own_error"].items():
+            tolerance[dt] = task.tolerance(dt) if _is_float(dt) else 0.0
+            if err > tolerance[dt]:
+                raise Refused(f"{task.name}{where}: the baseline's own {dt} error {err:.3g} exceeds the tolerance "
+                              f"{tolerance[dt]:.3g} it would be judged by: declare TOLERANCE or compute in f32")
+        checks += [Check(c.name + where, c.ok, c.detail, c.data) for c in
+                   (traced, timed, calibrated, degenerate_leaves(task, tolerance, smoke))]
+    return checks
+

@@ -1,0 +1,52 @@
+"""One verdict for a task with several named configs (prefill and decode, several head counts): the kernel is judged
+on each config's inputs; it is correct only if it is correct on every one, and its speedup is the geomean."""
+
+from __future__ import annotations
+
+import math
+
+from maxkernel.harness.verdict import Verdict
+
+__all__ = ["combine", "geomean"]
+
+
+def geomean(values: list[float]) -> float | None:
+    """The geometric mean of positive values; None when any is missing or not positive."""
+    if not values or any(v is None or not v > 0 for v in values):
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _row(size: str, v: Verdict) -> dict:
+    est = v.estimate or {}
+    return {"size": size, "status": v.status, "reason": v.reason, "speedup": v.speedup,
+            "max_rel_err": v.correctness.max_rel_err, "speedup_estimate": est.get("speedup_estimate"),
+            "kernel_ms": v.kernel.median_ms if v.kernel else None,
+            "baseline_ms": v.baseline.median_ms if v.baseline else None}
+
+
+def combine(size: str, verdicts: dict[str, tuple[str, Verdict]]) -> Verdict:
+    """`verdicts`: config name -> (the size that ran it, its verdict), in the task's order. The first failing
+    config's verdict stands for the whole (its reason names the config); when all are correct the first config's
+    verdict carries the geomean speedup (and estimate), the worst error, and every config in `configs`."""
+    rows = {name: _row(sz, v) for name, (sz, v) in verdicts.items()}
+    failing = [(name, v) for name, (_, v) in verdicts.items() if v.status != "correct"]
+    errors = [v.correctness.max_rel_err for _, v in verdicts.values() if v.correctness.max_rel_err is not None]
+    wall = sum(v.wall_s for _, v in verdicts.values())
+    if failing:
+        name, base = failing[0]
+        also = [n for n, _ in failing[1:]]
+        reason = f"[config {name}] {base.reason}" + (f" (also fails: {', '.join(also)})" if also else "")
+        return base.model_copy(update={"size": size, "reason": reason, "configs": rows, "wall_s": wall,
+                                       "speedup": None})
+    first = next(iter(verdicts.values()))[1]
+    update = {"size": size, "configs": rows, "wall_s": wall,
+              "speedup": geomean([v.speedup for _, v in verdicts.values()]),
+              "correctness": first.correctness.model_copy(update={"max_rel_err": max(errors) if errors else None})}
+    estimates = [v.estimate for _, v in verdicts.values()]
+    if all(e and e.get("speedup_estimate") for e in estimates):
+        speedups = [e["speedup_estimate"] for e in estimates]
+        update["estimate"] = {**estimates[0], "speedup_estimate": geomean(speedups),
+                              "summary": f"estimated TPU speedup, geomean over {len(speedups)} configs: "
+                                         + ", ".join(f"{n} {s:.2f}x" for n, s in zip(verdicts, speedups))}
+    return first.model_copy(update=update)
