@@ -11,14 +11,15 @@ from maxkernel.tasks import Task, load_task
 __all__ = ["list_tasks", "time_task", "time_fn"]
 
 
-def list_tasks() -> list[dict]:
-    """One row per suite task: name, tier, source, whether it ships a reference kernel, and the TPU chips whose
-    HBM its full size fits."""
+def list_tasks(suite: str = "jaxbench") -> list[dict]:
+    """One row per task of `suite` (jaxbench, realworld or all): name, suite, tier, source, whether it ships a
+    reference kernel, the TPU chips whose HBM its full size fits, its named configs and its model."""
     rows = []
-    for name in jaxbench.task_names():
+    for name in jaxbench.task_names(suite):
         task = load_task(name)
-        rows.append({"name": name, "tier": task.tier, "source": task.source,
-                     "reference_kernel": task.reference_kernel is not None, "fits_chips": list(task.fits_chips)})
+        rows.append({"name": name, "suite": task.suite, "tier": task.tier, "source": task.source,
+                     "reference_kernel": task.reference_kernel is not None, "fits_chips": list(task.fits_chips),
+                     "configs": task.configs, "model": task.config.get("model", "")})
     return rows
 
 

@@ -49,7 +49,8 @@ def _write_json(path: Path, doc) -> None:
     os.replace(tmp, path)
 
 
-def _check(tasks: list[str], mode: str, model: str | None, size: str) -> None:
+def _check(tasks: list[str], mode: str, model: str | None, size: str) -> dict[str, str]:
+    """Usage problems raise BenchError; returns the tasks to skip, with why."""
     from maxkernel.agents.models import is_replay, model_name
     from maxkernel.agents.sub_agents import ROLES
     from maxkernel.tasks import TaskError, load_task
@@ -68,10 +69,10 @@ def _check(tasks: list[str], mode: str, model: str | None, size: str) -> None:
     if any(is_replay(model_name(role, override=model)) for role in ROLES):
         from maxkernel.agents.replay.model import recorded_tasks
 
-        missing = [t for t in tasks if Path(t).name not in recorded_tasks()]
-        if missing:
-            raise BenchError(f"the replay model has recordings only for {', '.join(recorded_tasks())}, "
-                             f"not {', '.join(missing)}")
+        # The offline model replays recorded turns: a task it has none for is skipped (and said), not failed.
+        return {t: f"the replay model has no recording for {t} (it has {', '.join(recorded_tasks())})"
+                for t in tasks if Path(t).name not in recorded_tasks()}
+    return {}
 
 
 def _session_state(uri: str, session_id: str) -> dict:
@@ -142,7 +143,8 @@ def _record(task: str, mode: str, model: str | None, size: str, out: Path, progr
     from maxkernel.optimize import OptimizeError
 
     started = time.monotonic()
-    base = {"record_version": RECORD_VERSION, "task": task, "tier": jaxbench.tier_of(task), "mode": mode,
+    base = {"record_version": RECORD_VERSION, "task": task, "tier": jaxbench.tier_of(task),
+            "suite": jaxbench.suite_of(task) or "folder", "mode": mode,
             "size": size, "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     try:
         doc, pick = (_run_auto if mode == "auto" else _run_search)(task, model, size, out, progress)
@@ -197,7 +199,10 @@ def run_bench_agent(tasks: list[str], mode: str = "auto", model: str | None = No
     out = Path(out) if out else DEFAULT_OUT
     if concurrency < 1:
         raise BenchError("--concurrency must be at least 1")
-    _check(tasks, mode, model, size)
+    skipped = _check(tasks, mode, model, size)
+    if skipped:
+        progress(f"bench agent: skipping {len(skipped)} of {len(tasks)} tasks: {next(iter(skipped.values()))}")
+        tasks = [t for t in tasks if t not in skipped]
     records = load_records(out)
     # A task that crashed (agent_error: a dead endpoint, a bug) is run again on resume; other results stand.
     retry = sorted(r["task"] for r in records if r.get("failure") == "agent_error" and r["task"] in tasks)
@@ -206,7 +211,8 @@ def run_bench_agent(tasks: list[str], mode: str = "auto", model: str | None = No
     progress(f"bench agent: {len(tasks)} tasks, {len(tasks) - len(todo)} already recorded in {out}, "
              f"{len(todo)} to run ({mode}, at most {concurrency} at once)"
              + (f"; retrying {len(retry)} that ended in agent_error: {', '.join(retry)}" if retry else ""))
-    _write_json(out / "meta.json", {"mode": mode, "model": model, "size": size, "tasks": tasks})
+    _write_json(out / "meta.json", {"mode": mode, "model": model, "size": size, "tasks": tasks,
+                                    "skipped": [{"task": t, "reason": why} for t, why in skipped.items()]})
 
     def one(task: str) -> dict:
         def say(line: str) -> None:
@@ -239,4 +245,5 @@ def run_bench_agent(tasks: list[str], mode: str = "auto", model: str | None = No
     summary = summarize(records)
     _write_json(out / "summary.json", summary)
     return {"out": str(out), "mode": mode, "model": model, "size": size, "ran": todo,
-            "resumed": [t for t in tasks if t in done], "tasks": records, "summary": summary}
+            "resumed": [t for t in tasks if t in done], "tasks": records, "summary": summary,
+            "skipped": [{"task": t, "reason": why} for t, why in skipped.items()]}

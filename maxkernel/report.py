@@ -153,6 +153,17 @@ def _blocks(records: list[dict], summary: dict, meta: dict, plots: list[tuple[Pa
     b.append(("table", ["tier", "tasks", "correct", *[fast_key(p) for p in FAST_P]],
               [[t, str(g["tasks"]), str(g["correct"]), *[_share(g, p) for p in FAST_P]] for t, g in groups]))
 
+    if len(summary.get("by_suite") or {}) > 1:
+        suites = list(summary["by_suite"].items())
+        rows = [["tasks", *[str(g["tasks"]) for _, g in suites]], ["correct", *[str(g["correct"]) for _, g in suites]]]
+        rows += [[fast_key(p), *[_share(g, p) for _, g in suites]] for p in FAST_P]
+        rows.append(["geomean speedup", *[_x(g["geomean_speedup"]) for _, g in suites]])
+        b.append(("h2", "The suites side by side"))
+        b.append(("table", ["", *[name for name, _ in suites]], rows))
+    if meta.get("skipped"):
+        b.append(("p", f"Skipped ({len(meta['skipped'])}), not counted above: "
+                       + "; ".join(f"{x['task']} ({x['reason']})" for x in meta["skipped"])[:2000]))
+
     b.append(("h2", "Speedup over the XLA baseline (correct kernels)"))
     b.append(("table", ["tier", "geomean", "median", "IQR", "min–max", "geomean vs reference kernel",
                         "median roofline fraction"],

@@ -39,6 +39,11 @@ class Task:
         return jaxbench.tier_of(self.name)
 
     @property
+    def suite(self) -> str:
+        """'jaxbench' or 'realworld' for a shipped task, 'folder' for any other folder."""
+        return jaxbench.suite_of(self.name) if self.source == "jaxbench" else "folder"
+
+    @property
     def baseline_file(self) -> Path:
         return self.path / "baseline.py"
 

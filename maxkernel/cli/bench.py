@@ -14,33 +14,42 @@ def bench() -> None:
     """The jaxbench suite: list it, time its baselines, run the agent over it, write eval sets."""
 
 
+def suite_option(fn):
+    return click.option("--suite", default="jaxbench", show_default=True, type=click.Choice(["jaxbench", "realworld", "all"]),
+                        help="jaxbench (the 50 public tasks), realworld (production ops beyond it) or all")(fn)
+
+
 @bench.command("list")
+@suite_option
 @json_option
-def bench_list(as_json: bool) -> None:
-    """List the suite's tasks."""
+def bench_list(suite: str, as_json: bool) -> None:
+    """List a suite's tasks."""
     from maxkernel.bench import list_tasks
 
-    rows = list_tasks()
+    rows = list_tasks(suite)
     lines = [f"{'task':<58} {'tier'}  {'full size fits':<18}  reference kernel"]
     lines += [f"{r['name']:<58} {r['tier']:<4}  {','.join(r['fits_chips']):<18}  "
-              f"{'yes' if r['reference_kernel'] else ''}".rstrip() for r in rows]
+              f"{'yes' if r['reference_kernel'] else ''}".rstrip()
+              + (f"  configs: {', '.join(r['configs'])}" if r["configs"] else "") for r in rows]
     emit(as_json, rows, "\n".join(lines) + f"\n{len(rows)} tasks")
 
 
 @bench.command("run")
 @click.option("--task", "tasks", multiple=True, help="task name or folder (repeatable)")
-@click.option("--all", "all_tasks", is_flag=True, help="every suite task")
+@click.option("--all", "all_tasks", is_flag=True, help="every task of --suite")
+@suite_option
 @click.option("--size", default="smoke", show_default=True, type=click.Choice(SIZES))
 @click.option("--reps", default=20, show_default=True, type=click.IntRange(min=1))
 @click.option("--no-reference", is_flag=True, help="skip the shipped reference kernels")
 @json_option
-def bench_run(tasks: tuple[str, ...], all_tasks: bool, size: str, reps: int, no_reference: bool, as_json: bool) -> None:
+def bench_run(tasks: tuple[str, ...], all_tasks: bool, suite: str, size: str, reps: int, no_reference: bool,
+              as_json: bool) -> None:
     """Time the XLA baselines (and reference kernels) on this machine's backend."""
     import jaxbench
 
     if all_tasks == bool(tasks):
         raise UsageError("give --task TASK (repeatable) or --all")
-    loaded = [check_task(t) for t in (jaxbench.task_names() if all_tasks else tasks)]
+    loaded = [check_task(t) for t in (jaxbench.task_names(suite) if all_tasks else tasks)]
     for t in loaded:
         check_size(t, size)
     from maxkernel.bench import time_task
@@ -62,13 +71,13 @@ def bench_run(tasks: tuple[str, ...], all_tasks: bool, size: str, reps: int, no_
     emit(as_json, {"size": size, "tasks": results}, "\n".join(lines))
 
 
-def _task_list(tasks: tuple[str, ...], all_tasks: bool) -> list[str]:
+def _task_list(tasks: tuple[str, ...], all_tasks: bool, suite: str = "jaxbench") -> list[str]:
     import jaxbench
 
     if all_tasks and tasks:
         raise UsageError("give --tasks or --all, not both")
     if all_tasks:
-        return jaxbench.task_names()
+        return jaxbench.task_names(suite)
     if not tasks:
         raise UsageError("give --tasks A,B,... or --all")
     return [t.strip() for item in tasks for t in item.split(",") if t.strip()]
@@ -76,7 +85,8 @@ def _task_list(tasks: tuple[str, ...], all_tasks: bool) -> list[str]:
 
 @bench.command("agent")
 @click.option("--tasks", multiple=True, help="comma-separated task names (repeatable)")
-@click.option("--all", "all_tasks", is_flag=True, help="every suite task")
+@click.option("--all", "all_tasks", is_flag=True, help="every task of --suite")
+@suite_option
 @click.option("--mode", default="auto", show_default=True, type=click.Choice(["auto", "search"]))
 @click.option("--model", default=None, help="model for every agent: gemini-*, provider/model (LiteLLM) or replay")
 @click.option("--size", default="smoke", show_default=True, type=click.Choice(SIZES))
@@ -84,9 +94,9 @@ def _task_list(tasks: tuple[str, ...], all_tasks: bool) -> list[str]:
               help="results folder; re-running with it resumes (default runs/bench-agent)")
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="tasks run at once")
 @json_option
-def bench_agent(tasks, all_tasks, mode, model, size, out, concurrency, as_json) -> None:
-    """Run the agent over many tasks, resumable; fast_p summary."""
-    names = _task_list(tasks, all_tasks)
+def bench_agent(tasks, all_tasks, suite, mode, model, size, out, concurrency, as_json) -> None:
+    """Run the agent over many tasks, resumable; fast_p summary (per suite when there are two)."""
+    names = _task_list(tasks, all_tasks, suite)
     from maxkernel.bench_agent import BenchError, run_bench_agent
     from maxkernel.evals.stats import FAST_P, fast_key
 
@@ -103,6 +113,11 @@ def bench_agent(tasks, all_tasks, mode, model, size, out, concurrency, as_json) 
     lines.append(f"{s['tasks']} tasks, {s['correct']} correct; {fast}; geomean speedup {geo} (correct kernels)")
     if s["cpu_timing"]:
         lines.append("CPU: speedups are Pallas-interpreter vs XLA:CPU wall times, not TPU kernel performance")
+    for name, g in (s.get("by_suite") or {}).items() if len(s.get("by_suite") or {}) > 1 else ():
+        geo_s = f"{g['geomean_speedup']:.3g}x" if g["geomean_speedup"] else "—"
+        lines.append(f"  {name}: {g['tasks']} tasks, {g['correct']} correct; geomean speedup {geo_s}")
+    if doc.get("skipped"):
+        lines.append(f"skipped {len(doc['skipped'])}: {doc['skipped'][0]['reason']}")
     lines.append(f"records in {doc['out']}/records; `maxkernel report {doc['out']}` renders them")
     emit(as_json, doc, "\n".join(lines))
 

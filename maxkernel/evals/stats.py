@@ -81,11 +81,18 @@ def _group(records: list[dict]) -> dict:
     return out
 
 
+def _suite(record: dict) -> str:
+    """The record's suite (older records carry only the tier: rw is the real-world suite)."""
+    return record.get("suite") or ("realworld" if record.get("tier") == "rw" else "jaxbench")
+
+
 def summarize(records: list[dict]) -> dict:
     """Everything a report or `bench agent --json` states about a set of task records."""
     out = _group(records)
     tiers = sorted({r.get("tier") or "" for r in records} - {""})
     out["by_tier"] = {t: _group([r for r in records if r.get("tier") == t]) for t in tiers}
+    suites = sorted({_suite(r) for r in records}, key=lambda s: (s != "jaxbench", s))
+    out["by_suite"] = {s: _group([r for r in records if _suite(r) == s]) for s in suites}
     failures = {f: 0 for f in FAILURES}
     for r in records:
         if r.get("failure"):

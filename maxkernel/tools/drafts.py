@@ -11,7 +11,7 @@ from pathlib import Path
 
 from maxkernel.settings import get_settings
 
-__all__ = ["DraftError", "read_draft", "MAX_DRAFT_BYTES"]
+__all__ = ["DraftError", "read_draft", "resolve_draft", "MAX_DRAFT_BYTES"]
 
 MAX_DRAFT_BYTES = 256 * 1024
 
@@ -25,8 +25,9 @@ def drafts_root() -> Path:
     return (s.drafts_dir or Path.cwd()).resolve()
 
 
-def read_draft(path: str) -> str:
-    """The text of the draft at `path` (relative to the drafts folder, or absolute inside it)."""
+def resolve_draft(path: str) -> Path:
+    """The regular file `path` names inside the drafts folder (relative to it, or absolute inside it), never one
+    in the data folder; DraftError says why not."""
     if not path or "\x00" in path:
         raise DraftError("give the draft file's path, e.g. my_kernel.py")
     root = drafts_root()
@@ -41,6 +42,12 @@ def read_draft(path: str) -> str:
         raise DraftError(f"draft path {path!r} refused: it is in maxkernel's data folder, where the agents write")
     if not target.is_file():
         raise DraftError(f"no draft file {path!r} in {root}")
+    return target
+
+
+def read_draft(path: str) -> str:
+    """The text of the draft at `path` (relative to the drafts folder, or absolute inside it)."""
+    target = resolve_draft(path)
     if target.stat().st_size > MAX_DRAFT_BYTES:
         raise DraftError(f"draft {path!r} is over {MAX_DRAFT_BYTES} bytes")
     try:

@@ -168,3 +168,46 @@ def test_sessions_persist_in_the_sqlite_store(server):
     listed = server.get("/apps/hitl/users/u/sessions")
     assert chat.sid in {s["id"] for s in listed}
     assert (server.data_dir / "sessions.db").stat().st_size > 0
+
+
+MY_OPS = '''
+import jax
+import jax.numpy as jnp
+
+
+def gated_rms(x, gate, w, eps=1e-6):
+    xf = x.astype(jnp.float32)
+    y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, -1, keepdims=True) + eps) * w.astype(jnp.float32)
+    return (y * jax.nn.silu(gate.astype(jnp.float32))).astype(x.dtype)
+
+
+def constant(x):
+    return jnp.ones_like(x)
+'''
+
+
+def test_a_persons_function_becomes_a_task_in_chat_and_is_worked_on_after_asking(server):
+    chat = Chat(server)
+    (server.drafts_dir / "my_ops.py").write_text(MY_OPS)
+    ev = chat.say("make a task of my_ops.py:gated_rms with bf16[T=2048,H=1024] bf16[2048,1024] f32[1024] eps=1e-5")
+    (call,) = calls(ev, "make_task")
+    assert call["args"]["args"] == ["bf16[T=2048,H=1024]", "bf16[2048,1024]", "f32[1024]"]
+    assert call["args"]["static"] == ["eps=1e-5"]
+    (made,) = responses(ev, "make_task")
+    assert made["ok"] is True, made
+    assert Path(made["path"]).parent == (server.data_dir / "tasks").resolve()
+    assert [c["name"] for c in made["checks"]][-1] == "output non-degenerate"
+    assert "Shall I work on it?" in reply(ev) and not calls(ev, "select_task")  # it asks before running
+    assert "task" not in chat.state() or not chat.state().get("task")
+
+    ev = chat.say(f"optimize {made['path']}")
+    assert responses(ev, "select_task")[0]["task"] == "gated_rms"
+    assert chat.state()["task"] == made["path"] and calls(ev, "adk_request_confirmation")
+
+    refused = Chat(server)
+    ev = refused.say("make a task of my_ops.py:constant with f32[512,512]")
+    (answer,) = responses(ev, "make_task")
+    assert answer["ok"] is False and "degenerate" in answer["reason"]
+    for outside in ("../../etc/hosts:f", "../../etc/ops.py:f"):
+        ev = refused.say(f"make a task of {outside} with f32[8]")
+        assert "refused" in responses(ev, "make_task")[0]["error"], outside

@@ -108,10 +108,45 @@ def test_bench_agent_does_not_redo_a_finished_record(tmp_path):
 
 
 def test_bench_agent_refuses_what_it_cannot_run(tmp_path):
-    with pytest.raises(BenchError, match="recordings only"):
-        run_bench_agent(["1p_Flash_Attention"], model="replay", out=tmp_path)
     with pytest.raises(BenchError, match="unknown task"):
         run_bench_agent(["99p_Nothing"], model="replay", out=tmp_path)
     with pytest.raises(BenchError, match="mode"):
         run_bench_agent(["8p_GEMM"], mode="hitl", model="replay", out=tmp_path)
     assert not (tmp_path / "records").exists()
+
+
+def test_the_replay_model_skips_tasks_it_has_no_recording_for_and_says_so(tmp_path):
+    said = []
+    doc = run_bench_agent(["1p_Flash_Attention"], model="replay", out=tmp_path, progress=said.append)
+    assert doc["ran"] == [] and doc["tasks"] == [] and [s["task"] for s in doc["skipped"]] == ["1p_Flash_Attention"]
+    assert "no recording for 1p_Flash_Attention" in doc["skipped"][0]["reason"]
+    assert any("skipping 1 of 1 tasks" in line for line in said)
+    assert not (tmp_path / "records").exists() or not list((tmp_path / "records").iterdir())
+    assert json.loads((tmp_path / "meta.json").read_text())["skipped"][0]["task"] == "1p_Flash_Attention"
+
+
+def test_two_suites_are_reported_side_by_side(tmp_path):
+    rw = [record("rw_causal_conv1d", "rw", correct=True, speedup=3.0, suite="realworld"),
+          record("rw_fp8_matmul", "rw", correct=False, failure="incorrect", suite="realworld")]
+    s = summarize(RECORDS + rw)
+    assert list(s["by_suite"]) == ["jaxbench", "realworld"]
+    assert s["by_suite"]["realworld"]["tasks"] == 2 and s["by_suite"]["realworld"]["geomean_speedup"] == pytest.approx(3.0)
+    assert s["by_suite"]["jaxbench"]["tasks"] == 5
+    folder = write(tmp_path / "results", RECORDS + rw)
+    meta = json.loads((folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps({**meta, "skipped": [{"task": "rw_x", "reason": "no recording"}]}))
+    text = Path(render_report(folder)["markdown"]).read_text()
+    assert "The suites side by side" in text and "| jaxbench | realworld |" in text.replace("  ", " ")
+    assert "Skipped (1), not counted above: rw_x (no recording)" in text
+    alone = summarize(RECORDS)  # one suite: no side-by-side table
+    assert list(alone["by_suite"]) == ["jaxbench"]
+
+
+def test_bench_agent_over_the_realworld_suite_with_replay_runs_and_says_what_it_skipped(tmp_path, capsys):
+    import jaxbench
+
+    assert main(["bench", "agent", "--suite", "realworld", "--all", "--model", "replay", "--out",
+                 str(tmp_path / "rw"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert sorted(s["task"] for s in doc["skipped"]) == jaxbench.task_names("realworld")
+    assert doc["summary"]["tasks"] == 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from functools import lru_cache
 from importlib import resources
 from typing import AsyncGenerator
@@ -116,6 +117,15 @@ class ReplayLlm(BaseLlm):
             draft = re.search(r"\bdraft (kernel|plan)\s+(\S+)", text, re.I)
             if draft:
                 return _calls([{"name": "use_draft", "args": {"path": draft.group(2), "kind": draft.group(1).lower()}}])
+            made = re.search(r"\btask (?:of|from)\s+(\S+:\w+)", text, re.I)
+            if made:
+                specs = re.findall(r"\b(\w+\[[^\]]*\])", text)
+                statics = re.findall(r"\b(\w+=[^\s,\[\]]+)(?![^\[]*\])", text)
+                return _calls([{"name": "make_task", "args": {"function": made.group(1), "args": specs,
+                                                              "static": statics}}])
+            folder = next((w for w in text.split() if (Path(w) / "baseline.py").is_file()), None)
+            if folder:
+                return _calls([{"name": "select_task", "args": {"task": folder, "size": "smoke"}}])
             m = re.search(r"\b(\d{1,2}[pk]_[A-Za-z0-9_]+)\b", text)
             if m:
                 return _calls([{"name": "select_task", "args": {"task": m.group(1), "size": "smoke"}}])
@@ -136,6 +146,10 @@ class ReplayLlm(BaseLlm):
             if body.get("kind") == "plan":
                 return _calls([{"name": "submit_plan", "args": {}}])
             return _calls([{"name": "judge_kernel", "args": {}}])
+        if r.name == "make_task":
+            if body.get("ok"):
+                return _text(f"{body.get('summary')}\nShall I work on it? Say 'optimize {body.get('path')}'.")
+            return _text(f"I could not make that task: {body.get('reason') or body.get('error')}")
         if r.name == "planner":
             return _calls([{"name": "submit_plan", "args": {"plan": str(body.get("result", ""))[:4000]}}])
         if r.name == "submit_plan":
