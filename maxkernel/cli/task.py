@@ -24,13 +24,16 @@ def task() -> None:
                    "(HI exclusive; LO/HI may be a dim name, e.g. int:0:E), bool")
 @click.option("--static", "static", multiple=True, metavar="NAME=VALUE", help="keyword argument bound on every call")
 @click.option("--smoke", "smoke", multiple=True, metavar="DIM=INT", help="override a dim's derived smoke size")
+@click.option("--config", "configs", multiple=True, metavar="NAME[:DIM=INT,...]",
+              help="named configs, each judged (speedup is their geomean): the first names the --arg shapes "
+                   "(--config prefill), the others override dims (--config decode:T=1)")
 @click.option("--flops", default=None, type=click.IntRange(min=1), help="FLOPs at full size (default: XLA's count)")
 @click.option("--name", default=None, help="task name (default: the --out folder's name)")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="the task folder to write")
 @click.option("--force", is_flag=True, help="replace --out if it exists")
 @json_option
 def new(function: str, args: tuple[str, ...], gens: tuple[str, ...], static: tuple[str, ...], smoke: tuple[str, ...],
-        flops: int | None, name: str | None, out: str, force: bool, as_json: bool) -> None:
+        configs: tuple[str, ...], flops: int | None, name: str | None, out: str, force: bool, as_json: bool) -> None:
     """Write a JAXBench-style task folder from FUNC and validate it: it traces at full size, a smoke size that runs
     on a CPU in seconds is derived, FLOPs and bytes come from XLA, the tolerance is calibrated from the function's
     own low-precision error, and no output may be matched by zeros, a constant or another seed's output. A refused
@@ -45,7 +48,8 @@ def new(function: str, args: tuple[str, ...], gens: tuple[str, ...], static: tup
     progress(f"making a task of {function} in {out}")
     try:
         report = build_task(function, list(args), out, gens=list(gens), static=list(static), smoke=list(smoke),
-                            flops=flops, name=name, force=force, progress=lambda m: progress(f"  {m}"))
+                            flops=flops, name=name, force=force, configs=list(configs),
+                            progress=lambda m: progress(f"  {m}"))
     except SpecError as exc:
         raise UsageError(str(exc)) from None
     emit(as_json, report.model_dump(), report.summary)

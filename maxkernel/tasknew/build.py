@@ -35,6 +35,7 @@ class TaskReport(BaseModel):
     reason: str | None = Field(None, description="Why the function was refused, when it was.")
     checks: list[dict] = Field(default_factory=list)
     config: dict = Field(default_factory=dict)
+    configs: dict = Field(default_factory=dict, description="Named configs: overrides of config, the first the default.")
     smoke: dict = Field(default_factory=dict)
     tolerance: dict = Field(default_factory=dict)
     flops: dict = Field(default_factory=dict)
@@ -103,7 +104,7 @@ def _positional_names(fn, n: int, static: dict) -> list[str]:
 
 def build_task(function: str, args: list[str], out: str | Path, *, gens: list[str] | None = None,
                static: list[str] | None = None, smoke: list[str] | None = None, flops: int | None = None,
-               name: str | None = None, force: bool = False,
+               name: str | None = None, force: bool = False, configs: list[str] | None = None,
                progress: Callable[[str], None] = lambda msg: None) -> TaskReport:
     """Write and validate the task; SpecError for input that cannot be understood (usage), a report with ok=False
     (and nothing written) when the function is refused."""
@@ -126,13 +127,18 @@ def build_task(function: str, args: list[str], out: str | Path, *, gens: list[st
         if dim not in config or not isinstance(value, int) or value <= 0:
             raise S.SpecError(f"--smoke {item!r}: write DIM=INT for one of the dims ({', '.join(config)})")
         sizes[dim] = value
+    named = [S.parse_config(c, config, i == 0) for i, c in enumerate(configs or [])]
+    if len({n for n, _ in named}) != len(named):
+        raise S.SpecError("--config names must differ")
+    config_table = dict(named) if len(named) > 1 else {}
     fn, source, copy = resolve_function(function)
     arg_names = _positional_names(fn, len(arg_specs), statics)
     task_name = name or out.name
     doc = f"{source['function']} from {Path(copy).name if copy else source['module']}, made a task by `maxkernel task new`."
     rows = [(n, s.dtype, s.dims, s.gen) for n, s in zip(arg_names, arg_specs)]
-    facts = dict(name=task_name, doc=doc, config=config, args=rows, source=source, static=statics)
-    report = TaskReport(ok=False, summary="", name=task_name, function=function, config=config)
+    facts = dict(name=task_name, doc=doc, config=config, args=rows, source=source, static=statics,
+                 configs=config_table, lanes=lanes)
+    report = TaskReport(ok=False, summary="", name=task_name, function=function, config=config, configs=config_table)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -140,7 +146,7 @@ def build_task(function: str, args: list[str], out: str | Path, *, gens: list[st
         if copy:
             shutil.copyfile(copy, work / _SOURCE_FILE)
         try:
-            checks, final = _validate(work, facts, sizes, lanes, flops, progress)
+            checks, final = _validate(work, facts, sizes, flops, progress)
         except validate.Refused as exc:
             report.reason = str(exc)
             report.summary = f"REFUSED: {exc}"
@@ -160,8 +166,16 @@ def build_task(function: str, args: list[str], out: str | Path, *, gens: list[st
 
 
 def _write(work: Path, facts: dict, sizes: dict, tolerance: dict, flops: dict, nbytes: dict) -> None:
-    (work / "baseline.py").write_text(template.render(**facts, sizes={"smoke": sizes}, tolerance=tolerance,
-                                                      flops=flops, bytes_accessed=nbytes))
+    """baseline.py with the smoke dims `sizes`; each further config gets its own smoke dims for the dims it
+    overrides (decode's T=1 stays 1, a long config's T=32768 shrinks like the default's)."""
+    table = {"smoke": sizes}
+    for name, overrides in list(facts["configs"].items())[1:]:
+        shrunk = {d: v for d, v in S.smoke_dims(overrides, facts["lanes"]).items() if v != overrides[d]}
+        if shrunk:
+            table[f"smoke@{name}"] = shrunk
+    render = {k: v for k, v in facts.items() if k != "lanes"}
+    (work / "baseline.py").write_text(template.render(**render, sizes=table, tolerance=tolerance, flops=flops,
+                                                      bytes_accessed=nbytes))
 
 
 def _load(work: Path, attempt: int):
@@ -171,17 +185,17 @@ def _load(work: Path, attempt: int):
     return Task(name=f"{work.name}_{attempt}", path=work, source="folder")
 
 
-def _validate(work: Path, facts: dict, sizes: dict, lanes: set, flops_override: int | None, progress) -> tuple[list, dict]:
+def _smoke_that_runs(work: Path, facts: dict, sizes: dict, progress):
+    """The smoke dims shrunk until a run takes under SMOKE_SECONDS; (task, sizes, the timing check)."""
     attempt = 0
     _write(work, facts, sizes, {}, {}, {})
     task = _load(work, attempt)
     progress("tracing the function at full size")
     traced, _ = validate.trace_full(task)
-    checks = [traced]
     progress("timing the smoke size")
     timed = validate.time_smoke(task)
     while not timed.ok and attempt < _MAX_SHRINKS:
-        smaller = S.shrink_further(facts["config"], sizes, lanes)
+        smaller = S.shrink_further(facts["config"], sizes, facts["lanes"])
         if smaller is None:
             break
         sizes, attempt = smaller, attempt + 1
@@ -192,22 +206,54 @@ def _validate(work: Path, facts: dict, sizes: dict, lanes: set, flops_override: 
     if not timed.ok:
         raise validate.Refused(f"the smaller size {sizes} still takes {timed.data['run_s']:.1f} s a run on this CPU "
                                f"(at most {validate.SMOKE_SECONDS:g} s): give smaller smoke dims with --smoke DIM=INT")
-    checks.append(timed)
+    return task, sizes, [traced, timed], attempt
+
+
+def _validate(work: Path, facts: dict, sizes: dict, flops_override: int | None, progress) -> tuple[list, dict]:
+    task, sizes, checks, attempt = _smoke_that_runs(work, facts, sizes, progress)
+    names = list(facts["configs"])
+    pairs = task.config_sizes("smoke") or {"": "smoke"}  # config -> its smoke size name ("" when just one)
+    for name, smoke in list(pairs.items())[1:]:
+        where = f" [{name}]"
+        progress(f"checking config {name}")
+        traced, _ = validate.trace_full(task, smoke.replace("smoke", "full", 1))
+        timed = validate.time_smoke(task, smoke)
+        if not timed.ok:
+            raise validate.Refused(f"config {name}: a smoke run takes {timed.data['run_s']:.1f} s on this CPU (at most "
+                                   f"{validate.SMOKE_SECONDS:g} s): give its smoke dims with --smoke or a smaller config")
+        checks += [validate.Check(c.name + where, c.ok, c.detail, c.data) for c in (traced, timed)]
     progress("pricing it with XLA's cost analysis")
-    full, small = validate.costs(task, "full"), validate.costs(task, "smoke")
-    flops = {"full": flops_override or full["flops"], "smoke": small["flops"]}
-    if flops_override and full["flops"] and small["flops"]:
-        flops["smoke"] = int(round(small["flops"] * flops_override / full["flops"]))
-    nbytes = {"full": full["bytes"], "smoke": small["bytes"]}
+    flops, nbytes = {}, {}
+    for smoke in pairs.values():
+        full_size = smoke.replace("smoke", "full", 1)
+        full, small = validate.costs(task, full_size), validate.costs(task, smoke)
+        flops[full_size], flops[smoke] = full["flops"], small["flops"]
+        nbytes[full_size], nbytes[smoke] = full["bytes"], small["bytes"]
+    if flops_override:  # the user's count for the default config at full size; the others scale with XLA's
+        scale = flops_override / flops["full"] if flops.get("full") else None
+        flops = {k: (int(round(v * scale)) if scale and v else v) for k, v in flops.items()}
+        flops["full"] = flops_override
     checks.append(validate.Check("FLOPs and bytes", flops["full"] is not None,
                                  f"{flops['full']} FLOPs, {nbytes['full']} bytes at full size" +
                                  (" (FLOPs from --flops)" if flops_override else "") +
                                  ("" if flops["full"] else "; FLOPs unknown: pass --flops N")))
     progress("calibrating the tolerance")
-    calibrated, tolerance = validate.calibrate(task)
-    checks.append(calibrated)
+    tolerance, own = {}, {}
+    for smoke in pairs.values():
+        calibrated, tol = validate.calibrate(task, smoke)
+        for dt, t in tol.items():
+            tolerance[dt] = max(tolerance.get(dt, 0.0), t)
+            own[dt] = max(own.get(dt, 0.0), calibrated.data["own_error"][dt])
+    checks.append(validate.Check("tolerance calibrated", True, ", ".join(
+        f"{dt} {tolerance[dt]:.3g} (own error {own[dt]:.3g})" for dt in tolerance)
+        + (f" over configs {', '.join(names)}" if len(pairs) > 1 else ""), {"own_error": own}))
     progress("checking the output is not degenerate")
-    checks.append(validate.degenerate_leaves(task, tolerance))
+    for name, smoke in pairs.items():
+        try:
+            done = validate.degenerate_leaves(task, tolerance, smoke)
+        except validate.Refused as exc:
+            raise validate.Refused(f"config {name}: {exc}" if name else str(exc)) from None
+    checks.append(done if len(pairs) == 1 else validate.Check(done.name, True, done.detail + f", in every config"))
     _write(work, facts, sizes, tolerance, flops, nbytes)
     _load(work, attempt + 1).create_inputs(size="smoke", seed=0)  # the final file loads
     return checks, {"sizes": {"smoke": sizes}, "tolerance": tolerance, "flops": flops, "bytes_accessed": nbytes}

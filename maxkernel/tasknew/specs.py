@@ -9,7 +9,7 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["ArgSpec", "SpecError", "DTYPES", "elements", "lane_dims", "parse_arg", "parse_gen", "parse_static", "name_dims", "smoke_dims",
+__all__ = ["ArgSpec", "SpecError", "DTYPES", "elements", "lane_dims", "parse_arg", "parse_config", "parse_gen", "parse_static", "name_dims", "smoke_dims",
            "shrink_further"]
 
 DTYPES = {
@@ -90,6 +90,28 @@ def _bound(value: str, text: str) -> None:
         float(value)
     except ValueError:
         raise SpecError(f"--arg-gen {text!r}: bound {value!r} is neither a number nor a dim name") from None
+
+
+def parse_config(text: str, config: dict[str, int], first: bool) -> tuple[str, dict[str, int]]:
+    """'decode:T=1,H=512' -> ('decode', {'T': 1, 'H': 512}); the first config is the --arg shapes, named alone."""
+    name, _, rest = text.partition(":")
+    name = name.strip()
+    if not _NAME.match(name):
+        raise SpecError(f"--config {text!r}: write NAME (the first, the --arg shapes) or NAME:DIM=INT[,DIM=INT]")
+    overrides = {}
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        dim, _, value = part.partition("=")
+        if dim not in config:
+            raise SpecError(f"--config {text!r}: {dim!r} is not a dim (dims: {', '.join(config)})")
+        try:
+            overrides[dim] = int(value)
+        except ValueError:
+            raise SpecError(f"--config {text!r}: {part!r} is not DIM=INT") from None
+        if overrides[dim] <= 0:
+            raise SpecError(f"--config {text!r}: {part!r} must be positive")
+    if first and overrides:
+        raise SpecError(f"--config {text!r}: the first config is the shapes the --arg give; name it alone ({name})")
+    return name, overrides
 
 
 def parse_static(text: str) -> tuple[str, object]:

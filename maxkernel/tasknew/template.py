@@ -28,11 +28,17 @@ _FN = None
 
 
 def _dims(size):
-    if size == "full":
-        return dict(CONFIG)
-    if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}; this task has 'full' and {sorted(SIZES)}")
-    return {**CONFIG, **SIZES[size]}
+    """CONFIG, then SIZES[SIZE], then for "SIZE@NAME" CONFIGS[NAME] and SIZES["SIZE@NAME"]."""
+    base, _, name = size.partition("@")
+    if base != "full" and base not in SIZES:
+        raise ValueError(f"unknown size {size!r}; this task has 'full' and {sorted(k for k in SIZES if '@' not in k)}")
+    out = {**CONFIG, **(SIZES[base] if base != "full" else {})}
+    if name:
+        if name not in CONFIGS:
+            raise ValueError(f"unknown config {name!r}; this task has {sorted(CONFIGS)}")
+        out.update(CONFIGS[name])
+        out.update(SIZES.get(size, {}))
+    return out
 
 
 def _bound(value, d):
@@ -90,13 +96,16 @@ def _literal(name: str, value, comment: str = "") -> str:
 
 
 def render(*, name: str, doc: str, config: dict, sizes: dict, args: list, source: dict, static: dict,
-           tolerance: dict, flops: dict, bytes_accessed: dict, parallel_dims: tuple = ()) -> str:
+           tolerance: dict, flops: dict, bytes_accessed: dict, configs: dict | None = None,
+           parallel_dims: tuple = ()) -> str:
     """baseline.py's text. `args`: [(arg name, dtype, dim names, generator)] in call order."""
     head = (f'"""{name}: {doc}"""\n\n'
             "import importlib\nimport importlib.util\nimport math\nimport pathlib\n\n"
             "import jax\nimport jax.numpy as jnp\n\n")
     facts = [
         _literal("CONFIG", config, "Full size: the shapes the user gave."),
+        _literal("CONFIGS", configs or {}, "Named configs (overrides of CONFIG, the first the default); each is "
+                                           "judged, speedup is the geomean."),
         _literal("SIZES", sizes, "CPU-sized, derived (each dim halved while it keeps its (8, 128) alignment) and "
                                  "confirmed to run in seconds."),
         _literal("ARGS", [tuple(a) for a in args], "(argument, dtype, dims, generator) in call order."),

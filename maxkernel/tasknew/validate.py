@@ -81,17 +81,22 @@ def _run(task, seed: int, size: str = "smoke"):
 
 
 def time_smoke(task, size: str = "smoke") -> Check:
-    """The smoke size runs (compile, then one timed run) with finite outputs."""
+    """The smoke size runs (compile, then the best of three timed runs, inputs included) with finite outputs."""
     t0 = time.perf_counter()
     try:
         _run(task, 0, size)
         compiled = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        _, out = _run(task, 1, size)
+        runs = []
+        for _ in range(3):  # the best of three: a busy machine's spikes are not the function's cost
+            t0 = time.perf_counter()
+            _, out = _run(task, 1, size)
+            runs.append(time.perf_counter() - t0)
+            if runs[-1] > 3 * SMOKE_SECONDS:
+                break
     except Exception as exc:  # noqa: BLE001
         raise Refused(f"the function fails at the smoke size: {type(exc).__name__}: "
                       f"{str(exc).splitlines()[0][:300]}") from None
-    run_s = time.perf_counter() - t0
+    run_s = min(runs)
     for i, leaf in enumerate(_leaves(out)):
         a = np.asarray(leaf)
         if a.dtype.kind == "f" or str(a.dtype) == "bfloat16":
