@@ -96,3 +96,23 @@ def test_usage_errors_exit_2_with_one_line(tmp_path, monkeypatch, capsys, args, 
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and needle in err
     assert not data.exists()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_optimize_works_on_a_task_folder_outside_the_suite(tmp_path):
+    """A task given as a folder (here a copy of the suite's RMSNorm, so the replay model has turns for it) goes
+    through the whole loop: the folder is handed to every sandboxed job, and the answer is judged on it."""
+    import shutil
+
+    from maxkernel.tasks import load_task
+
+    folder = tmp_path / "mine" / "12p_RMSNorm"
+    folder.mkdir(parents=True)
+    shutil.copy(load_task("12p_RMSNorm").baseline_file, folder / "baseline.py")  # no shipped reference kernel
+    assert load_task(str(folder)).source == "folder"
+    r = mk("optimize", "--task", str(folder), "--model", "replay", "--size", "smoke", "--out", str(tmp_path / "out"),
+           "--json", env=agent_env(tmp_path / "data"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "correct" and doc["verdict"]["task"] == "12p_RMSNorm", doc.get("verdict")
