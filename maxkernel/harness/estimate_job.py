@@ -17,6 +17,8 @@ import re
 import time
 from pathlib import Path
 
+from maxkernel.harness.vmem_footprint import walk_eqns as _walk
+
 __all__ = ["run", "PROGRESS_FILE", "DUMP_DIR", "parse_profile", "zero_cycle_bytes", "pallas_facts", "block_traffic",
            "plan", "linear", "task_dims", "libtpu_version"]
 
@@ -66,16 +68,6 @@ def zero_cycle_bytes(hlo_text: str, names: list[str]) -> dict[str, int]:
             total += n * _BITS[dtype] // 8
         out[name] = total
     return out
-
-
-def _walk(jaxpr):
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for p in eqn.params.values():
-            for sub in (p if isinstance(p, (list, tuple)) else [p]):
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    yield from _walk(inner)
 
 
 def pallas_facts(closed_jaxpr) -> dict:

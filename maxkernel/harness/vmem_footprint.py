@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["Buffer", "buffers", "describe"]
+__all__ = ["Buffer", "buffers", "describe", "walk_eqns"]
 
 _LANES = 128
 
@@ -37,14 +37,15 @@ def _padded_bytes(shape: tuple[int, ...], itemsize: int) -> int:
     return math.prod(dims) * itemsize
 
 
-def _walk(jaxpr):
+def walk_eqns(jaxpr):
+    """Every equation of `jaxpr` and of the jaxprs nested in its equations' params (loops, conds, pallas bodies)."""
     for eqn in jaxpr.eqns:
         yield eqn
         for p in eqn.params.values():
             for sub in (p if isinstance(p, (list, tuple)) else [p]):
                 inner = getattr(sub, "jaxpr", sub)
                 if hasattr(inner, "eqns"):
-                    yield from _walk(inner)
+                    yield from walk_eqns(inner)
 
 
 def _in_vmem(aval) -> bool:
@@ -55,7 +56,7 @@ def _in_vmem(aval) -> bool:
 def buffers(closed_jaxpr) -> list[Buffer]:
     """Every VMEM buffer of the program's pallas_calls, largest total first."""
     found = []
-    for eqn in _walk(closed_jaxpr.jaxpr):
+    for eqn in walk_eqns(closed_jaxpr.jaxpr):
         if eqn.primitive.name != "pallas_call":
             continue
         gm = eqn.params["grid_mapping"]
