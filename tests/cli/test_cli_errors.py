@@ -98,7 +98,7 @@ def test_preflight_fails_before_jax_is_imported(argv):
 def test_internal_error_is_one_line_exit_1(monkeypatch, capsys):
     import maxkernel.bench
 
-    def broken():
+    def broken(*_args):
         raise RuntimeError("disk on fire\nsecond line")
 
     monkeypatch.setattr(maxkernel.bench, "list_tasks", broken)

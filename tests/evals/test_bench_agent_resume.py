@@ -24,7 +24,7 @@ def test_agent_error_records_are_retried_on_resume(tmp_path, monkeypatch):
         return {"task": task, "finished": True, "correct": True, "failure": None, "wall_s": 2.0}
 
     monkeypatch.setattr(bench_agent, "_record", record)
-    monkeypatch.setattr(bench_agent, "_check", lambda *_a: None)
+    monkeypatch.setattr(bench_agent, "_check", lambda *_a: {})
     lines = []
     doc = bench_agent.run_bench_agent(["8p_GEMM", "12p_RMSNorm"], model="replay", out=out, progress=lines.append)
     assert ran == ["12p_RMSNorm"] and doc["ran"] == ["12p_RMSNorm"]
