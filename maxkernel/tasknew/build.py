@@ -109,8 +109,11 @@ def build_task(function: str, args: list[str], out: str | Path, *, gens: list[st
     """Write and validate the task; SpecError for input that cannot be understood (usage), a report with ok=False
     (and nothing written) when the function is refused."""
     out = Path(out).expanduser()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        raise S.SpecError(f"--out {out} exists and is not empty (pass --force to replace it)")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not force:
+            raise S.SpecError(f"--out {out} exists and is not empty (pass --force to replace it)")
+        if not (out / "baseline.py").is_file():  # --force replaces a task folder, never an arbitrary one
+            raise S.SpecError(f"--out {out} is not a task folder (no baseline.py): --force only replaces task folders")
     if not args:
         raise S.SpecError("give at least one --arg DTYPE[DIMS]")
     gens = list(gens or [])

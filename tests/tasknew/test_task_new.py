@@ -157,6 +157,10 @@ def test_an_existing_folder_is_kept_unless_forced(ops, tmp_path):
     with pytest.raises(SpecError, match="--force"):
         build_task(f"{ops}:gather_rows", ["bf16[1024,256]", "i32[128]"], tmp_path / "t", gens=["normal", "int:0:1024"])
     assert (tmp_path / "t" / "mine.txt").read_text() == "keep"
+    with pytest.raises(SpecError, match="not a task folder"):  # --force never deletes a folder that is not a task
+        build_task(f"{ops}:gather_rows", ["bf16[1024,256]", "i32[128]"], tmp_path / "t", gens=["normal", "int:0:1024"],
+                   force=True)
+    assert (tmp_path / "t" / "mine.txt").read_text() == "keep"
 
 
 @pytest.mark.slow
