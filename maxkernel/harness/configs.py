@@ -33,14 +33,16 @@ def combine(size: str, verdicts: dict[str, tuple[str, Verdict]]) -> Verdict:
     failing = [(name, v) for name, (_, v) in verdicts.items() if v.status != "correct"]
     errors = [v.correctness.max_rel_err for _, v in verdicts.values() if v.correctness.max_rel_err is not None]
     wall = sum(v.wall_s for _, v in verdicts.values())
+    # A flag one config raised (a suspicious timing, CPU timing) stands for the whole verdict.
+    flags = list(dict.fromkeys(f for _, v in verdicts.values() for f in v.flags))
     if failing:
         name, base = failing[0]
         also = [n for n, _ in failing[1:]]
         reason = f"[config {name}] {base.reason}" + (f" (also fails: {', '.join(also)})" if also else "")
         return base.model_copy(update={"size": size, "reason": reason, "configs": rows, "wall_s": wall,
-                                       "speedup": None})
+                                       "speedup": None, "flags": flags})
     first = next(iter(verdicts.values()))[1]
-    update = {"size": size, "configs": rows, "wall_s": wall,
+    update = {"size": size, "configs": rows, "wall_s": wall, "flags": flags,
               "speedup": geomean([v.speedup for _, v in verdicts.values()]),
               "correctness": first.correctness.model_copy(update={"max_rel_err": max(errors) if errors else None})}
     estimates = [v.estimate for _, v in verdicts.values()]

@@ -99,7 +99,8 @@ class Evaluator:
 
         Off a TPU, a correct kernel's verdict also carries the TPU estimate for the settings' chip at full size
         (`estimate=None` follows MAXKERNEL_ESTIMATE): the measured CPU speedup and the estimate, each labelled.
-        A task with several configs is judged on each (the same seeds) and the verdicts combined (configs.py).
+        A task with several configs is judged on each (fresh seeds for each, or the replayed ones) and the
+        verdicts combined (configs.py).
         """
         task_obj = task if isinstance(task, Task) else load_task(task)
         per_config = task_obj.config_sizes(size)

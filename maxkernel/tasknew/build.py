@@ -154,6 +154,12 @@ def build_task(function: str, args: list[str], out: str | Path, *, gens: list[st
             report.reason = str(exc)
             report.summary = f"REFUSED: {exc}"
             return report
+        except Exception as exc:  # noqa: BLE001  (the user's function, e.g. on f32-widened or another seed's inputs)
+            first = (str(exc).splitlines() or [""])[0][:300]
+            report.reason = (f"the function failed while being validated: {type(exc).__name__}: {first} (it must run "
+                             "on every seed's inputs and on the same inputs widened to f32, where the reference runs)")
+            report.summary = f"REFUSED: {report.reason}"
+            return report
         report.checks = [c.__dict__ for c in checks]
         report.smoke, report.tolerance = final["sizes"]["smoke"], final["tolerance"]
         report.flops, report.bytes_accessed = final["flops"], final["bytes_accessed"]

@@ -4,6 +4,7 @@ folder's tasks/."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 from maxkernel.settings import get_settings
@@ -12,7 +13,7 @@ from maxkernel.tools.drafts import DraftError, resolve_draft
 __all__ = ["make_task"]
 
 
-def make_task(function: str, args: list[str], arg_gens: list[str] | None = None, static: list[str] | None = None,
+async def make_task(function: str, args: list[str], arg_gens: list[str] | None = None, static: list[str] | None = None,
               name: str = "") -> dict:
     """Makes a benchmark task from the person's own JAX function and validates it; nothing is optimised yet.
 
@@ -49,8 +50,9 @@ def make_task(function: str, args: list[str], arg_gens: list[str] | None = None,
     task_name = re.sub(r"[^A-Za-z0-9_]+", "_", name or fn).strip("_") or "task"
     out = get_settings().data_dir / "tasks" / task_name
     try:
-        report = build_task(f"{where}:{fn}", args, out, gens=arg_gens or [], static=static or [], name=task_name,
-                            force=True)
+        # Validation runs the function for seconds: off the server's event loop, as judge_kernel does.
+        report = await asyncio.to_thread(build_task, f"{where}:{fn}", args, out, gens=arg_gens or [],
+                                         static=static or [], name=task_name, force=True)
     except SpecError as exc:
         return {"error": str(exc)}
     if not report.ok:

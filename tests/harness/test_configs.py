@@ -77,9 +77,9 @@ def test_configs_become_sizes_and_dims_follow_them(task_dir):
     assert task.flops("full@narrow") == 1024 * 128
 
 
-def _verdict(status: str, speedup: float | None, err: float, est: float | None = None) -> Verdict:
+def _verdict(status: str, speedup: float | None, err: float, est: float | None = None, flags=()) -> Verdict:
     return Verdict(task="t", kernel_file="k.py", size="smoke", status=status, reason=f"{status} here",
-                   correctness=Correctness(max_rel_err=err), speedup=speedup,
+                   correctness=Correctness(max_rel_err=err), speedup=speedup, flags=list(flags),
                    estimate={"ok": True, "speedup_estimate": est, "chip": "v5e"} if est else None)
 
 
@@ -94,6 +94,9 @@ def test_combining_takes_the_geomean_the_worst_error_and_the_first_failure():
                                 "b": ("smoke@b", _verdict("incorrect", None, 0.5))})
     assert one_bad.status == "incorrect" and one_bad.reason.startswith("[config b]") and one_bad.speedup is None
     assert geomean([2.0, 8.0]) == pytest.approx(4.0) and geomean([1.0, None]) is None
+    flagged = combine("smoke", {"a": ("smoke", _verdict("correct", 2.0, 1e-4, flags=["cpu_timing"])),
+                                "b": ("smoke@b", _verdict("correct", 2.0, 1e-4, flags=["cpu_timing", "noisy"]))})
+    assert flagged.flags == ["cpu_timing", "noisy"]  # a flag one config raised is not lost
 
 
 @pytest.mark.slow

@@ -39,6 +39,11 @@ def gather_rows(table, idx):
     return jnp.take(table, idx, axis=0) * 2
 
 
+def bf16_only(x):
+    assert x.dtype == jnp.bfloat16, "bf16 inputs only"
+    return x * 2
+
+
 def scale_only_first(x, y):
     return x * 2, jnp.zeros_like(y)
 '''
@@ -128,6 +133,12 @@ def test_named_configs_are_written_sized_and_checked_each(ops, tmp_path):
         build_task(f"{ops}:gated_rms", ["f32[T=8]"] * 3, tmp_path / "d", configs=["prefill:T=1"])
     with pytest.raises(SpecError, match="not a dim"):
         build_task(f"{ops}:gated_rms", ["f32[8]"] * 3, tmp_path / "d", configs=["a", "b:Q=1"])
+
+
+def test_a_function_that_fails_on_the_f32_reference_inputs_is_refused_not_a_crash(ops, tmp_path):
+    report = build_task(f"{ops}:bf16_only", ["bf16[1024,1024]"], tmp_path / "b")
+    assert not report.ok and "failed while being validated: AssertionError: bf16 inputs only" in report.reason
+    assert not (tmp_path / "b").exists()
 
 
 def test_index_inputs_take_their_range_from_a_dim(ops, tmp_path):
