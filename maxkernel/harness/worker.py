@@ -20,6 +20,7 @@ HANDLERS = {
     "compile_many": "maxkernel.harness.compile_many_job",
     "profile": "maxkernel.harness.profile_job",
     "estimate": "maxkernel.harness.estimate_job",
+    "port": "maxkernel.harness.port_job",
 }
 
 

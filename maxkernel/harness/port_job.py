@@ -1,0 +1,177 @@
+"""Sandbox job for porting GPU code to JAX: describe the original (its kind, a module's parameters), run the
+original in PyTorch on CPU (the oracle; a Triton launcher under Triton's CPU interpreter), or run a JAX port.
+The oracle and the port never share a process: each mode is its own job, reading inputs_<i>.npz and writing
+out_<i>.npz in its scratch folder."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["run", "KINDS"]
+
+KINDS = ("module", "autograd", "triton", "function")
+
+
+def run(job: dict, scratch: Path) -> dict:
+    """job: {mode: describe|oracle|candidate, file, name, op_kind?, init?, full_init?, static?, seeds: n, dtype?,
+    n_params?} (the job's own "kind" is the worker's handler name)."""
+    mode = job.get("mode")
+    if mode == "candidate":
+        return _candidate(job, scratch)
+    if mode not in ("describe", "oracle"):
+        return {"status": "error", "stage": "job", "error": f"unknown port mode {mode!r}"}
+    if job.get("op_kind") == "triton" or _imports_triton(scratch / job["file"]):
+        os.environ["TRITON_INTERPRET"] = "1"  # Triton's own interpreter runs the kernel on CPU tensors
+    try:
+        import torch
+    except ImportError:
+        return {"status": "error", "stage": "oracle", "error": "PyTorch is not installed: pip install 'maxkernel[port]'"}
+    torch.manual_seed(0)
+    module = _load(scratch / job["file"], "_maxkernel_port_original")
+    obj = getattr(module, job["name"], None)
+    if obj is None:
+        return {"status": "error", "stage": "oracle", "error": f"{job['file']} defines no {job['name']!r}"}
+    kind = job.get("op_kind") or _kind(obj, module, torch)
+    if mode == "describe":
+        return {"status": "ok", "kind": kind, **_describe(obj, kind, job, torch)}
+    return _oracle(obj, kind, job, scratch, torch)
+
+
+def _load(path: Path, name: str):
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and triton.jit look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def _imports_triton(path: Path) -> bool:
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    return "import triton" in text or "from triton" in text
+
+
+def _kind(obj, module, torch) -> str:
+    if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
+        return "module"
+    if isinstance(obj, type) and issubclass(obj, torch.autograd.Function):
+        return "autograd"
+    if "triton" in sys.modules:
+        from triton.runtime.jit import JITFunction
+
+        if any(isinstance(v, JITFunction) for v in vars(module).values()):
+            return "triton"
+    return "function"
+
+
+def _instance(obj, job: dict, torch):
+    module = obj(**(job.get("init") or {}))
+    module.eval()
+    dtype = job.get("dtype")
+    if dtype:
+        module.to(_torch_dtype(dtype, torch))
+    return module
+
+
+def _describe(obj, kind: str, job: dict, torch) -> dict:
+    """A module's parameters in named_parameters() order: shape, and the range its own init draws from."""
+    if kind != "module":
+        return {"params": [], "buffers": []}
+    module = obj(**(job.get("init") or {}))
+    full = {}
+    if job.get("full_init") is not None:  # shapes at full size without allocating them
+        with torch.device("meta"):
+            full = {n: list(p.shape) for n, p in obj(**job["full_init"]).named_parameters()}
+    params = []
+    for name, p in module.named_parameters():
+        t = p.detach().float()
+        params.append({"name": name, "shape": list(t.shape), "dtype": str(p.dtype).replace("torch.", ""),
+                       "min": float(t.min()) if t.numel() else 0.0, "max": float(t.max()) if t.numel() else 0.0,
+                       "full_shape": full.get(name, list(t.shape))})
+    return {"params": params, "buffers": [n for n, _ in module.named_buffers()]}
+
+
+def _torch_dtype(name: str, torch):
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
+            "float64": torch.float64}.get(name) or getattr(torch, name)
+
+
+def _to_torch(a, torch):
+    import numpy as np
+
+    if str(a.dtype) == "bfloat16":
+        return torch.from_numpy(np.ascontiguousarray(a.astype(np.float32))).to(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _to_numpy(t, torch):
+    import ml_dtypes
+    import numpy as np
+
+    if not isinstance(t, torch.Tensor):
+        return np.asarray(t)
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.float().numpy().astype(ml_dtypes.bfloat16)
+    return t.numpy().copy()
+
+
+def _flat(out) -> list:
+    if isinstance(out, (tuple, list)):
+        return [leaf for item in out for leaf in _flat(item)]
+    if isinstance(out, dict):
+        return [leaf for key in sorted(out) for leaf in _flat(out[key])]
+    return [out]
+
+
+def _oracle(obj, kind: str, job: dict, scratch: Path, torch) -> dict:
+    from maxkernel.harness.arrays import load_arrays, save_arrays
+
+    static = job.get("static") or {}
+    n_params = int(job.get("n_params") or 0)
+    call = None
+    if kind == "module":
+        instance = _instance(obj, job, torch)
+        names = [n for n, _ in instance.named_parameters()]
+    for i in range(int(job["seeds"])):
+        arrays = load_arrays(scratch / f"inputs_{i}.npz")
+        tensors = [_to_torch(a, torch) for a in arrays]
+        data, params = (tensors[:len(tensors) - n_params], tensors[len(tensors) - n_params:]) if n_params else (tensors, [])
+        before = [t.clone() for t in data]
+        with torch.no_grad():
+            if kind == "module":
+                out = torch.func.functional_call(instance, dict(zip(names, params)), tuple(data), static)
+            elif kind == "autograd":
+                out = obj.apply(*data, *static.values())
+            else:
+                call = call or obj
+                out = call(*data, **static)
+        if out is None:  # an in-place op: its outputs are the arguments it wrote
+            out = [t for t, b in zip(data, before) if not torch.equal(t, b)]
+            if not out:
+                return {"status": "error", "stage": "oracle",
+                        "error": f"{job['name']} returned None and changed none of its arguments"}
+        save_arrays(scratch / f"out_{i}.npz", [_to_numpy(t, torch) for t in _flat(out)])
+    return {"status": "ok", "kind": kind}
+
+
+def _candidate(job: dict, scratch: Path) -> dict:
+    import jax
+    import numpy as np
+
+    from maxkernel.harness.arrays import load_arrays, save_arrays
+
+    module = _load(scratch / job["file"], "_maxkernel_port_candidate")
+    fn = getattr(module, job["name"], None)
+    if not callable(fn):
+        return {"status": "error", "stage": "candidate", "error": f"{job['file']} defines no function {job['name']!r}"}
+    static = job.get("static") or {}
+    jitted = jax.jit(lambda *a: fn(*a, **static))
+    for i in range(int(job["seeds"])):
+        arrays = [jax.numpy.asarray(a) for a in load_arrays(scratch / f"inputs_{i}.npz")]
+        out = jitted(*arrays)
+        save_arrays(scratch / f"out_{i}.npz", [np.asarray(x) for x in jax.tree_util.tree_leaves(out)])
+    return {"status": "ok"}

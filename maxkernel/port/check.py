@@ -1,0 +1,238 @@
+"""The equivalence check of a port: the original (or its PyTorch oracle) and the JAX port run in separate
+sandboxed jobs on the same drawn inputs, seed by seed and dtype by dtype; the trusted parent compares them with
+the harness's tolerances and says where and by how much they differ."""
+
+from __future__ import annotations
+
+import secrets
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from maxkernel.harness.arrays import load_arrays, save_arrays
+from maxkernel.harness.copyout import CopyOutError, read_bytes
+from maxkernel.harness.numerics import compare
+from maxkernel.harness.sandbox import WorkerPool
+from maxkernel.harness.static_check import check_source
+from maxkernel.port.spec import PortSpec, draw_inputs
+from maxkernel.tasknew import specs as S
+from maxkernel.tasks import DEFAULT_TOLERANCE
+
+__all__ = ["PortReport", "check_port", "describe", "param_specs"]
+
+ORIGINAL, PORT = "original.py", "port.py"
+
+
+class PortReport(BaseModel):
+    """The harness's answer on one port: equivalent only when every seed and every checked dtype agrees."""
+
+    ok: bool = Field(description="The check ran (False: the oracle or the sandbox failed, see error).")
+    equivalent: bool = False
+    summary: str = ""
+    name: str = ""
+    kind: str = ""
+    port: str = ""
+    seeds: list[int] = Field(default_factory=list)
+    dtypes: list[str] = Field(default_factory=list, description="Float dtypes the check ran in.")
+    unsupported_dtypes: dict[str, str] = Field(default_factory=dict, description="Dtypes the original itself fails in.")
+    size: dict[str, int] = Field(default_factory=dict, description="The dims the check ran at.")
+    params: list[dict] = Field(default_factory=list, description="A module's parameters, passed as trailing inputs.")
+    per_seed: list[dict] = Field(default_factory=list)
+    mismatch: dict | None = Field(None, description="The first disagreement: seed, dtype, output, worst location.")
+    error: str | None = None
+    hint: str = ""
+
+
+def _run(pool: WorkerPool, job: dict, files: dict, timeout: float | None, outputs: int) -> tuple[dict, list]:
+    """One sandboxed port job; its result and the out_<i>.npz it wrote (read without following links)."""
+    res = pool.run({"kind": "port", **job}, files, timeout)
+    try:
+        result = res.result or {}
+        if res.status != "ok" or result.get("status") != "ok":
+            why = result.get("error") or res.stderr_tail[-800:] or res.status
+            if res.status == "timeout":
+                why = f"timed out after {res.wall_s:.0f} s"
+            return {"status": "error", "error": str(why), "traceback": str(result.get("traceback", ""))[-1500:]}, []
+        outs = []
+        for i in range(outputs):
+            try:
+                outs.append(load_arrays(read_bytes(res.scratch, f"out_{i}.npz", 1 << 30)))
+            except (CopyOutError, ValueError, OSError) as exc:
+                return {"status": "error", "error": f"out_{i}.npz unreadable: {exc}"}, []
+        return result, outs
+    finally:
+        res.cleanup()
+
+
+def describe(spec: PortSpec, pool: WorkerPool | None = None, timeout: float | None = None) -> dict:
+    """The original's kind and (a module's) parameters, from a sandboxed import of it."""
+    own = pool is None
+    pool = pool or WorkerPool(size=0)
+    try:
+        src, name = spec.oracle or (spec.source, spec.name)
+        job = {"mode": "describe", "file": ORIGINAL, "name": name, "init": spec.init_at(spec.smoke),
+               "full_init": spec.init_at(spec.config), "op_kind": "function" if spec.oracle else None}
+        result, _ = _run(pool, job, {ORIGINAL: Path(src)}, timeout, 0)
+        return result
+    finally:
+        if own:
+            pool.close()
+
+
+def _name_dim(size: int, smoke: int, spec: PortSpec) -> str | int:
+    names = [d for d, v in spec.config.items() if v == size and spec.smoke[d] == smoke]
+    return names[0] if len(names) == 1 else size
+
+
+def param_specs(spec: PortSpec, params: list[dict], dtype: str) -> list[tuple[str, S.ArgSpec]]:
+    """Each parameter as an input spec: dims named after the --arg/--dim dims they follow (a fixed size stays a
+    number), drawn uniformly over the range its own init gives (a constant init, like RMSNorm's ones, is drawn
+    around its value so that a port ignoring the weight is caught)."""
+    out = []
+    for p in params:
+        if len(p["full_shape"]) != len(p["shape"]):
+            raise S.SpecError(f"parameter {p['name']} changes rank with size")
+        dims = tuple(_name_dim(f, s, spec) for f, s in zip(p["full_shape"], p["shape"]))
+        for f, s, d in zip(p["full_shape"], p["shape"], dims):
+            if isinstance(d, int) and f != s:
+                raise S.SpecError(f"parameter {p['name']} has a dim ({f} at full size, {s} at smoke) that no --arg or "
+                                  f"--dim names: declare it, e.g. --dim F={f} and --init ...=F")
+        lo, hi = float(p["min"]), float(p["max"])
+        if hi - lo < 1e-6:
+            lo, hi = lo - 0.5, hi + 0.5
+        out.append((p["name"], S.ArgSpec(dtype, dims, f"uniform:{lo:.6g}:{hi:.6g}")))
+    return out
+
+
+def _spec_text(arg: S.ArgSpec, config: dict[str, int]) -> str:
+    short = {v: k for k, v in S.DTYPES.items() if len(k) <= 4}
+    dims = ",".join(f"{d}={config[d]}" if isinstance(d, str) else str(d) for d in arg.dims)
+    return f"{short.get(arg.dtype, arg.dtype)}[{dims}]"
+
+
+def _float_dtype(spec: PortSpec) -> str:
+    return next((a.dtype for a in spec.arg_specs if a.is_float), "float32")
+
+
+def _normalise(o, c):
+    """The oracle's 64-bit outputs (torch's default for indices and sums) judged as jax's 32-bit ones."""
+    import numpy as np
+
+    if str(o.dtype) in ("int64", "float64") and str(c.dtype) in ("int32", "float32"):
+        return o.astype(c.dtype)
+    if str(o.dtype) == "bool" and str(c.dtype) == "bool":
+        return o
+    return o if np.asarray(o).dtype == np.asarray(c).dtype else o
+
+
+def _compare(oracle: list, port: list) -> tuple[bool, list[dict], str]:
+    if len(oracle) != len(port):
+        return False, [], f"the port returns {len(port)} outputs, the original {len(oracle)}"
+    rows, ok = [], True
+    for i, (o, c) in enumerate(zip(oracle, port)):
+        o = _normalise(o, c)
+        dtype = str(o.dtype)
+        tol = 0.0 if not dtype.startswith(("float", "bfloat")) else DEFAULT_TOLERANCE.get(dtype, DEFAULT_TOLERANCE["float32"])
+        m = compare(i, c, o, dtype, tol)
+        ok = ok and m.ok
+        rows.append({"output": i, "ok": m.ok, "rel_err": m.rel_err, "tolerance": m.tolerance, "reason": m.reason,
+                     "bad_elements": m.bad_elements, "worst_index": list(m.worst_index), "port": m.worst_out,
+                     "original": m.worst_ref, "shape": list(o.shape), "dtype": dtype})
+    return ok, rows, ""
+
+
+def check_port(spec: PortSpec, port_file: str | Path, function: str, *, seeds: int = 3,
+               dtypes: list[str] | None = None, timeout: float | None = None,
+               progress: Callable[[str], None] = lambda msg: None) -> PortReport:
+    """Is `function` in `port_file` (pure JAX) the same operator as the original? Never raises for anything
+    the port or the original does; a bad spec is a SpecError."""
+    port_file = Path(port_file)
+    base = {"name": spec.name, "kind": spec.kind, "port": f"{port_file}:{function}", "size": dict(spec.smoke)}
+    if not port_file.is_file():
+        return PortReport(ok=False, summary=f"no port file {port_file}", error=f"no file {port_file}",
+                          hint="write the JAX port first", **base)
+    refused = check_source(port_file.read_text(errors="replace"), port_file.name)
+    if refused:
+        return PortReport(ok=True, summary=f"NOT EQUIVALENT: the port was refused before it ran: {refused}",
+                          error=refused, hint="a port is pure JAX: jax.numpy/lax, numpy, math, functools; no "
+                          "torch, no files, no callbacks", **base)
+    drawn = sorted(secrets.SystemRandom().sample(range(1, 1 << 30), seeds))
+    pool = WorkerPool(size=0)
+    tmp = tempfile.TemporaryDirectory(prefix="mk-port-")
+    try:
+        progress(f"describing {spec.source.name}:{spec.name} in the sandbox")
+        info = describe(spec, pool, timeout)
+        if info.get("status") != "ok":
+            return PortReport(ok=False, summary=f"the original could not be loaded: {info.get('error')}",
+                              error=info.get("error"), hint="check --from, --init and that it runs on CPU", **base)
+        kind = info["kind"]
+        primary = _float_dtype(spec)
+        sweep = [primary] + [d for d in (dtypes or ["float32"]) if d != primary]
+        if not any(a.is_float for a in spec.arg_specs):
+            sweep = [primary]
+        report = PortReport(ok=True, seeds=drawn, params=info.get("params", []), **{**base, "kind": kind})
+        src, oname = spec.oracle or (spec.source, spec.name)
+        for dtype in sweep:
+            try:
+                pspecs = [a for _, a in param_specs(spec, info.get("params", []), dtype)]
+            except S.SpecError as exc:
+                return report.model_copy(update={"ok": False, "error": str(exc), "summary": str(exc)})
+            files = {}
+            for i, seed in enumerate(drawn):
+                arrays = draw_inputs(spec.arg_specs, spec.smoke, seed, dtype) + draw_inputs(pspecs, spec.smoke, seed + 1)
+                files[f"inputs_{i}.npz"] = Path(tmp.name) / f"{dtype}_inputs_{i}.npz"
+                save_arrays(files[f"inputs_{i}.npz"], arrays)
+            common = {"seeds": len(drawn), "static": spec.static, "n_params": len(pspecs)}
+            progress(f"{dtype}: running the original ({'oracle ' if spec.oracle else ''}{kind}) on {len(drawn)} seeds")
+            job = {"mode": "oracle", "file": ORIGINAL, "name": oname, "init": spec.init_at(spec.smoke),
+                   "dtype": dtype if pspecs else None, "op_kind": "function" if spec.oracle else kind, **common}
+            res_o, outs_o = _run(pool, job, {ORIGINAL: Path(src), **files}, timeout, len(drawn))
+            if res_o.get("status") != "ok":
+                if dtype != primary:
+                    report.unsupported_dtypes[dtype] = str(res_o.get("error"))[:300]
+                    continue
+                return report.model_copy(update={"ok": False, "error": res_o.get("error"), "hint": res_o.get("traceback", "")[-600:],
+                                                 "summary": f"the original failed on CPU: {res_o.get('error')}"})
+            progress(f"{dtype}: running the JAX port on the same inputs")
+            job = {"mode": "candidate", "file": PORT, "name": function, **common}
+            res_c, outs_c = _run(pool, job, {PORT: port_file, **files}, timeout, len(drawn))
+            report.dtypes.append(dtype)
+            if res_c.get("status") != "ok":
+                report.per_seed.append({"dtype": dtype, "ok": False, "error": res_c.get("error")})
+                return _finish(report, {"dtype": dtype, "error": res_c.get("error"),
+                                        "traceback": res_c.get("traceback", "")[-1200:]})
+            for seed, o, c in zip(drawn, outs_o, outs_c):
+                ok, rows, why = _compare(o, c)
+                report.per_seed.append({"seed": seed, "dtype": dtype, "ok": ok, "outputs": rows, **({"error": why} if why else {})})
+                if not ok and report.mismatch is None:
+                    bad = next((r for r in rows if not r["ok"]), None)
+                    report.mismatch = {"seed": seed, "dtype": dtype, **(bad or {"reason": why})}
+            if report.mismatch is not None:
+                break  # the verdict is in: no other dtype can make it equivalent
+        return _finish(report, report.mismatch)
+    finally:
+        pool.close()
+        tmp.cleanup()
+
+
+def _finish(report: PortReport, mismatch: dict | None) -> PortReport:
+    if mismatch is None and report.dtypes:
+        n = len(report.seeds)
+        extra = f"; the original does not run in {', '.join(report.unsupported_dtypes)}" if report.unsupported_dtypes else ""
+        return report.model_copy(update={"equivalent": True, "summary": f"EQUIVALENT on {n} seeds in "
+                                         f"{', '.join(report.dtypes)} at {_dims(report.size)}{extra}"})
+    if mismatch and "error" in mismatch and "output" not in mismatch:
+        return report.model_copy(update={"equivalent": False, "mismatch": mismatch, "error": mismatch["error"],
+                                         "summary": f"NOT EQUIVALENT: the port failed to run ({mismatch['dtype']}): "
+                                                    f"{mismatch['error']}"})
+    where = mismatch.get("reason") or ""
+    return report.model_copy(update={"equivalent": False, "mismatch": mismatch,
+                                     "summary": f"NOT EQUIVALENT (seed {mismatch['seed']}, {mismatch['dtype']}): {where}"
+                                                + (f"; port {mismatch['port']:.6g} vs original {mismatch['original']:.6g}"
+                                                   if "port" in mismatch else "")})
+
+
+def _dims(d: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in d.items())
