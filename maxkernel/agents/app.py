@@ -11,7 +11,7 @@ from maxkernel.agents.usage import UsagePlugin
 
 __all__ = ["POLICIES", "build_pool", "build_root", "build_app"]
 
-POLICIES = ("auto", "hitl", "search")
+POLICIES = ("auto", "hitl", "search", "port")
 
 
 def build_pool(model: str | None = None, *, single_turn: bool = False) -> list:
@@ -37,6 +37,11 @@ def build_root(policy: str, model: str | None = None):
 
         return NodeBuilder(name="maxkernel_search", description="Builds one node of a graph search: plan, implement, "
                            "check and debug, judge, profile.", sub_agents=build_pool(model))
+    if policy == "port":
+        from maxkernel.agents.roots.port import PortOrchestrator
+
+        return PortOrchestrator(name="maxkernel_port", description="Ports a GPU operator to a JAX reference the "
+                                "harness proves equivalent.", sub_agents=build_pool(model))
     raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
 
 
