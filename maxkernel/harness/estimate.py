@@ -12,6 +12,7 @@ fetch. Every figure is an estimate, labelled so, never a measured time.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import re
@@ -124,7 +125,8 @@ def estimate(task: str, kernel: str | None, chip: str | None = None, size: str =
         return Estimate(ok=False, chip=chip_name, size=size, stage="input", error=str(exc),
                         summary=f"Not estimated: {exc}")
     with ThreadPoolExecutor(max_workers=2) as pool:  # the two profiling processes run side by side
-        base_f = pool.submit(estimate_program, spec, None, target, size, None, timeout)
+        # In the caller's context: the profiling worker belongs to the caller's cancel scope (harness/cancel.py).
+        base_f = pool.submit(contextvars.copy_context().run, estimate_program, spec, None, target, size, None, timeout)
         kern = estimate_program(spec, kernel, target, size, tunables, timeout) if kernel else None
         base = base_f.result()
     return _combine(kern, base, target, size, time.monotonic() - t0)

@@ -3,6 +3,7 @@ their scratch folders (harness/handoff.py)."""
 
 from __future__ import annotations
 
+import contextvars
 import shutil
 import threading
 from pathlib import Path
@@ -43,7 +44,9 @@ class JudgePair:
             finally:
                 self.started[name].set()
 
-        self.threads[name] = threading.Thread(target=body, name=f"maxkernel-{name}", daemon=True)
+        # The caller's context goes with the thread: its workers belong to the caller's cancel scope.
+        self.threads[name] = threading.Thread(target=contextvars.copy_context().run, args=(body,),
+                                              name=f"maxkernel-{name}", daemon=True)
         self.threads[name].start()
 
     def _scratch(self, name: str) -> Path | None:

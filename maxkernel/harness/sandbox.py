@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import glob
 import json
 import os
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from maxkernel.harness import cancel
 from maxkernel.harness.copyout import CopyOutError, read_json
 from maxkernel.harness.seccomp import filter_fd
 from maxkernel.settings import get_settings
@@ -273,9 +275,13 @@ class Worker:
     started: float = field(default_factory=time.monotonic)
     cgroup: Path | None = None  # its pids cgroup, where one could be made
     scratch_mb: int | None = None  # the scratch folder's cap, where it is a tmpfs of its own
+    cancel_scope: "cancel.CancelScope | None" = field(default=None, repr=False, compare=False)  # the call it serves
 
     @classmethod
     def start(cls, root: Path, memory_mb: int | None = None, warm_compiler: str | None = None) -> "Worker":
+        scope = cancel.current()
+        if scope is not None:
+            scope.check()  # a cancelled call starts nothing more
         memory_mb = memory_mb or get_settings().eval_memory_mb
         scratch = Path(tempfile.mkdtemp(prefix="w-", dir=root))
         scratch_mb = get_settings().sandbox_scratch_mb
@@ -305,12 +311,22 @@ class Worker:
         finally:
             if seccomp_fd is not None:
                 os.close(seccomp_fd)
-        return cls(proc, scratch, log, mode, cgroup=cgroup, scratch_mb=scratch_mb)
+        worker = cls(proc, scratch, log, mode, cgroup=cgroup, scratch_mb=scratch_mb)
+        if scope is not None:
+            try:
+                scope.adopt(worker)  # cancelled meanwhile: killed here, Cancelled raised
+            except cancel.Cancelled:
+                worker.discard()
+                raise
+        return worker
 
     def submit(self, job: dict, timeout: float) -> SandboxResult:
         """Send `job`, wait up to `timeout` seconds, and kill the whole process group whatever happens."""
         t0 = time.monotonic()
         status = "ok"
+        scope = self.cancel_scope
+        if scope is not None:
+            scope.event(f"sandboxed job {job.get('kind', '?')} started")
         try:
             self.proc.stdin.write(json.dumps(job).encode())
             self.proc.stdin.close()
@@ -323,6 +339,12 @@ class Worker:
         finally:
             self.kill()
         wall = time.monotonic() - t0
+        if scope is not None:
+            scope.release(self)
+            if scope.cancelled:  # killed by a cancel: no result to read, nothing kept, and the caller must stop
+                self.discard()
+                scope.check()
+            scope.event(f"sandboxed job {job.get('kind', '?')} finished in {wall:.1f} s")
         result = None
         if status == "ok":
             try:
@@ -370,6 +392,8 @@ class Worker:
 
     def discard(self) -> None:
         self.kill()
+        if self.cancel_scope is not None:
+            self.cancel_scope.release(self)
         _drop_cgroup(self.cgroup)
         if self.scratch_mb is not None:
             subprocess.run(["umount", "-l", str(self.scratch)], capture_output=True, timeout=30)
@@ -413,7 +437,9 @@ class WorkerPool:
         """Start a worker from the pool's own long-lived thread: bubblewrap's --die-with-parent fires when the
         *thread* that started it exits, so a worker started by a short-lived caller thread (an evaluation's helper
         thread, an executor thread at shutdown) would die under a later job."""
-        return self._spawner.submit(Worker.start, self.root, self.memory_mb, self.warm_compiler).result()
+        # In the caller's context, so the worker belongs to the caller's cancel scope (harness/cancel.py).
+        ctx = contextvars.copy_context()
+        return self._spawner.submit(ctx.run, Worker.start, self.root, self.memory_mb, self.warm_compiler).result()
 
     def _fill(self) -> None:
         with self._lock:
@@ -430,6 +456,14 @@ class WorkerPool:
             worker = self._ready.pop(0) if self._ready else None
         if worker is None:
             worker = self._start_worker()
+        else:
+            scope = cancel.current()
+            if scope is not None:  # a pre-started worker now serves this call: it dies with the call's cancel
+                try:
+                    scope.adopt(worker)
+                except cancel.Cancelled:
+                    worker.discard()
+                    raise
         if refill:
             self._fill()
         return worker

@@ -1,0 +1,116 @@
+"""harness/cancel.py: a cancelled scope kills its workers, refuses new starts, and follows the call into threads."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import threading
+import time
+
+import pytest
+
+from maxkernel.harness import cancel
+from maxkernel.harness.cancel import CancelScope, Cancelled, cancel_scope
+
+
+class FakeWorker:
+    """Stands in for a sandboxed worker in the unit tier: only what a scope touches (kill, cancel_scope)."""
+
+    def __init__(self):
+        self.killed = 0
+        self.cancel_scope = None
+
+    def kill(self):
+        self.killed += 1
+
+
+@pytest.mark.unit
+def test_cancel_kills_adopted_workers_and_refuses_more():
+    scope = CancelScope()
+    a, b = FakeWorker(), FakeWorker()
+    scope.adopt(a)
+    scope.adopt(b)
+    scope.release(b)  # finished: no longer the scope's
+    assert scope.cancel() == 1
+    assert (a.killed, b.killed) == (1, 0)
+    late = FakeWorker()
+    with pytest.raises(Cancelled):
+        scope.adopt(late)  # started while the cancel ran: killed at once
+    assert late.killed == 1
+    with pytest.raises(Cancelled):
+        scope.check()
+
+
+@pytest.mark.unit
+def test_a_worker_belongs_to_one_scope():
+    first, second = CancelScope(), CancelScope()
+    w = FakeWorker()
+    first.adopt(w)
+    second.adopt(w)  # a pre-started worker taken by another call
+    assert first.cancel() == 0 and w.killed == 0
+    assert second.cancel() == 1 and w.killed == 1
+
+
+@pytest.mark.unit
+def test_cancelled_is_not_an_ordinary_exception():
+    """The harness turns `Exception`s into verdicts; a cancel must unwind past those handlers."""
+    assert not issubclass(Cancelled, Exception)
+
+
+@pytest.mark.unit
+def test_scope_follows_the_call_into_threads():
+    seen = {}
+
+    def where(name):
+        seen[name] = cancel.current()
+
+    async def call(scope):
+        with cancel_scope(scope):
+            await asyncio.to_thread(where, "to_thread")
+            t = threading.Thread(target=contextvars.copy_context().run, args=(where, "thread"))
+            t.start()
+            t.join()
+        where("after")
+
+    scope = CancelScope()
+    asyncio.run(call(scope))
+    assert seen == {"to_thread": scope, "thread": scope, "after": None}
+
+
+@pytest.mark.unit
+def test_events_reach_the_listener_and_a_failing_listener_is_ignored():
+    heard = []
+    CancelScope(on_event=heard.append).event("sandboxed job reference started")
+    CancelScope(on_event=lambda _t: 1 / 0).event("x")
+    assert heard == ["sandboxed job reference started"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.integration
+def test_cancel_kills_real_pooled_workers_and_the_pool_starts_no_more():
+    """Workers pre-started by a pool inside the scope die on cancel; the pool then refuses to start one."""
+    from maxkernel.harness.sandbox import WorkerPool
+
+    with cancel_scope() as scope:
+        pool = WorkerPool(size=2)
+        try:
+            pids = [w.proc.pid for w in pool._ready]
+            assert len(pids) == 2 and all(_alive(p) for p in pids)
+            assert scope.cancel() == 2
+            deadline = time.monotonic() + 5
+            while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not any(_alive(p) for p in pids)
+            with pytest.raises(Cancelled):
+                pool.run({"kind": "reference"}, {})
+        finally:
+            pool.close()
+    assert not os.listdir(pool.root) if os.path.isdir(pool.root) else True
