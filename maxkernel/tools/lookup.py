@@ -7,7 +7,7 @@ from pathlib import Path
 
 from google.adk.tools import ToolContext
 
-__all__ = ["pallas_api", "chip_specs", "task_info", "read_example", "examples_for"]
+__all__ = ["pallas_api", "chip_specs", "list_tasks", "task_info", "read_example", "examples_for"]
 
 
 def pallas_api(name: str) -> dict:
@@ -43,6 +43,24 @@ def chip_specs(chip: str) -> dict:
     d = dataclasses.asdict(c)
     d["ridge_flops_per_byte"] = round(chips.ridge_point(c), 1)
     return d
+
+
+def list_tasks(suite: str = "jaxbench") -> dict:
+    """The benchmark's tasks: one row each with its name, suite, tier, whether a reference kernel ships with it,
+    the TPU chips its full size fits and its named configs (the rows of `maxkernel bench list --json`).
+
+    Args:
+        suite: "jaxbench" (the 50 JAXBench tasks, default), "realworld" or "all".
+
+    Returns:
+        {"tasks": [{"name", "suite", "tier", "source", "reference_kernel", "fits_chips", "configs", "model"}]}
+        or {"error"} for an unknown suite.
+    """
+    from maxkernel.bench import list_tasks as rows
+
+    if suite not in ("jaxbench", "realworld", "all"):
+        return {"error": f"unknown suite {suite!r}: jaxbench, realworld or all"}
+    return {"tasks": rows(suite)}
 
 
 def task_info(tool_context: ToolContext) -> dict:

@@ -9,7 +9,7 @@ from maxkernel.settings import get_settings
 from maxkernel.tools.errors import tool_error
 from maxkernel.tools.workspace import WorkspaceError, resolve, workspace_dir
 
-__all__ = ["compile_kernel", "test_kernel", "profile_kernel", "estimate_kernel", "tune_kernel"]
+__all__ = ["compile_kernel", "test_kernel", "evaluate_kernel", "profile_kernel", "estimate_kernel", "tune_kernel"]
 
 
 def _kernel(path: str, tool_context: ToolContext) -> str:
@@ -73,6 +73,32 @@ def test_kernel(tool_context: ToolContext, path: str = "kernel.py") -> dict:
     except WorkspaceError as exc:
         return _bad(exc)
     return run_tests(tool_context.state["task"], kernel, tool_context.state.get("size", "smoke")).model_dump()
+
+
+def evaluate_kernel(tool_context: ToolContext, path: str = "kernel.py", seeds: int = 3) -> dict:
+    """The harness's trusted verdict on the kernel: sandboxed, fresh seeds, integrity checks, timing against the
+    baseline. The same record as `maxkernel evaluate --json`.
+
+    Args:
+        path: Kernel file in the workspace (default kernel.py).
+        seeds: Number of fresh input seeds (1 to 8, default 3).
+
+    Returns:
+        status (correct, incorrect, error, timeout, rejected), reason, correctness (error vs tolerance per seed),
+        kernel and baseline timing, speedup, integrity, flags, hint.
+    """
+    from maxkernel.harness.evaluate import evaluate
+
+    try:
+        kernel = _kernel(path, tool_context)
+    except WorkspaceError as exc:
+        return _bad(exc)
+    try:
+        seeds = max(1, min(int(seeds), 8))
+    except (TypeError, ValueError):
+        return tool_error(f"seeds must be a whole number, got {seeds!r}", "e.g. seeds=3")
+    v = evaluate(tool_context.state["task"], kernel, size=tool_context.state.get("size", "smoke"), seeds=[0] * seeds)
+    return v.model_dump()
 
 
 def profile_kernel(tool_context: ToolContext, path: str = "kernel.py") -> dict:

@@ -1,0 +1,45 @@
+"""`maxkernel mcp`'s usage errors: one line, exit 2, before any server starts."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from maxkernel.cli import main
+from maxkernel.cli.mcp import parse_http
+
+pytestmark = pytest.mark.unit
+
+
+def _one_line_exit_2(capsys, argv, words):
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("maxkernel: error: "), err
+    assert words in err, err
+    return err
+
+
+def test_without_the_sdk_it_says_how_to_install_it(capsys, monkeypatch, tmp_path):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mcp" else real(name, *a))
+    _one_line_exit_2(capsys, ["mcp", "--root", str(tmp_path)], "pip install 'maxkernel[mcp]'")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["mcp", "--http", "0.0.0.0:8765"], "needs --token"),
+    (["mcp", "--http", "192.168.1.5:8765"], "needs --token"),
+    (["mcp", "--token", "t"], "--token is for --http"),
+    (["mcp", "--http", "localhost:http"], "give HOST:PORT"),
+    (["mcp", "--http", "127.0.0.1:70000"], "port must be 1-65535"),
+    (["mcp", "--root", "/no/such/folder"], "no such folder"),
+])
+def test_usage_errors(capsys, argv, words):
+    _one_line_exit_2(capsys, argv, words)
+
+
+def test_http_address_defaults_to_localhost():
+    assert parse_http("8765") == ("127.0.0.1", 8765)
+    assert parse_http(":8765") == ("127.0.0.1", 8765)
+    assert parse_http("0.0.0.0:80") == ("0.0.0.0", 80)
+    assert parse_http("[::1]:9000") == ("::1", 9000)
