@@ -139,8 +139,8 @@ def _normalised(result: Any) -> dict:
 
 
 def is_error(result: dict) -> bool:
-    return result.get("status") == "error" or (isinstance(result.get("error"), str) and not result.get("ok", False)
-                                                and "status" not in result)
+    """An error result (the house shape). A kernel that fails to compile or to pass is an answer, not an error."""
+    return result.get("status") == "error"
 
 
 class ToolHost:
@@ -159,6 +159,18 @@ class ToolHost:
         self.sessions = InMemorySessionService()
         self.artifacts = artifacts if artifacts is not None else artifact_service()
         self.agent = BaseAgent(name="mcp_client", description="An MCP client calling maxkernel's tools.")
+        # Files a client wrote through write_file. A task's baseline.py and make_task's function run in this
+        # process, outside the sandbox, so they must be the person's own: never a client's writing (as drafts.py
+        # keeps a model's own files from being handed in as the person's draft).
+        self.written: set[Path] = set()
+
+    def _not_written(self, files, what: str) -> None:
+        from maxkernel.tools.workspace import WorkspaceError
+
+        for f in files:
+            if Path(f).resolve() in self.written:
+                raise WorkspaceError(f"{what} refused: {Path(f).name} was written through this server, and that code "
+                                     "would run outside the sandbox; only the person's own files are loaded")
 
     # -- argument checks: every refusal is an error result, nothing outside the root is read ------------------
     def _task(self, task: str) -> str:
@@ -178,6 +190,7 @@ class ToolHost:
             except (OSError, ValueError) as exc:
                 raise WorkspaceError(f"task {task!r} refused: {exc}") from exc
             if target.parent == made:
+                self._not_written(target.rglob("*.py"), f"task {task!r}")
                 return str(target)
             try:
                 rel = str(target.relative_to(self.root))
@@ -189,6 +202,7 @@ class ToolHost:
         if not (target / "baseline.py").is_file():
             raise WorkspaceError(f"unknown task {task!r}: give a suite task name (list_tasks shows them) or a task "
                                  "folder with baseline.py inside the workspace root")
+        self._not_written(target.rglob("*.py"), f"task {task!r}")
         return str(target)
 
     def _check(self, tool: ServedTool, args: dict) -> dict | None:
@@ -201,6 +215,12 @@ class ToolHost:
                 resolve(self.root, args["path"])
             except WorkspaceError as exc:
                 return tool_error(str(exc), f"give a path relative to the workspace root {self.root}, e.g. kernel.py")
+        function = args.get("function")
+        if tool.name == "make_task" and isinstance(function, str) and ".py:" in function:
+            try:
+                self._not_written([resolve(self.root, function.rpartition(":")[0])], f"function {function!r}")
+            except WorkspaceError as exc:
+                return tool_error(str(exc), "name a FILE.py:FUNCTION the person wrote, inside the workspace root")
         if tool.session:
             chip = args.get("chip")
             if isinstance(chip, str) and chip.strip():
@@ -259,7 +279,12 @@ class ToolHost:
             detail = str(exc).split("\n\n")[0]
             return tool_error(f"{name} failed: {type(exc).__name__}: {detail}",
                               "check the arguments; if it happens again, carry on without this tool", kind="tool_crashed")
-        return _normalised(result)
+        result = _normalised(result)
+        if tool.name == "write_file" and "bytes" in result:
+            from maxkernel.tools.workspace import resolve
+
+            self.written.add(resolve(self.root, args["path"]))
+        return result
 
     async def _call_in_session(self, tool: ServedTool, args: dict) -> Any:
         from google.adk.agents.invocation_context import InvocationContext
