@@ -30,7 +30,9 @@ def test_shipped_smoke_set_is_valid_for_adk_and_equals_the_built_one():
 
 
 def test_smoke_set_is_what_the_replay_model_can_run_offline():
-    assert sorted(evalsets.SMOKE_TASKS) == sorted(recorded_tasks())
+    # Recordings for ported operators (port_*) drive `maxkernel port`, not the suite's eval sets.
+    suite = [t for t in recorded_tasks() if t in jaxbench.task_names()]
+    assert sorted(evalsets.SMOKE_TASKS) == sorted(suite) and suite
 
 
 # The suite lists its 17 production-operator tasks (1p..17p) first, then its 33 KernelBench-derived ones (18k..50k).
