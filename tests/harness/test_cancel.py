@@ -113,4 +113,39 @@ def test_cancel_kills_real_pooled_workers_and_the_pool_starts_no_more():
                 pool.run({"kind": "reference"}, {})
         finally:
             pool.close()
-    assert not os.listdir(pool.root) if os.path.isdir(pool.root) else True
+    assert not pool.root.exists()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_cancelled_evaluation_unwinds_and_leaves_nothing(tmp_path, monkeypatch):
+    """An evaluation of a kernel that never finishes, cancelled once its candidate job runs: the evaluating thread
+    ends with Cancelled, its workers are dead and its pool's folder is gone."""
+    import tempfile
+    from pathlib import Path
+
+    from maxkernel.harness.evaluate import evaluate
+
+    hang = Path(__file__).parent / "kernels" / "hostile" / "hang_kernel.py"
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the pool's folder goes here
+    running = threading.Event()
+    scope = CancelScope(on_event=lambda text: running.set() if "candidate started" in text else None)
+    out: dict = {}
+
+    def run():
+        with cancel_scope(scope):
+            try:
+                out["verdict"] = evaluate("12p_RMSNorm", hang, size="smoke", seeds=[0])
+            except BaseException as exc:  # noqa: BLE001
+                out["raised"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert running.wait(120), "the candidate's job never started"
+    time.sleep(0.5)
+    workers = [w for w in scope._workers.values()]
+    assert scope.cancel() >= 1
+    t.join(30)
+    assert not t.is_alive() and isinstance(out.get("raised"), Cancelled), out
+    assert not any(_alive(w.proc.pid) for w in workers)
+    assert os.listdir(tmp_path) == []

@@ -149,8 +149,11 @@ class Client:
 
 
 def _env(tmp: Path) -> dict:
+    """The test's environment (CPU JAX, no TPU estimates, a private cache), with the server's data folder and
+    temporary folder (where the sandbox's scratch folders go) under the test's own."""
+    (tmp / "tmp").mkdir(exist_ok=True)
     env = dict(os.environ)
-    env.update(MAXKERNEL_DATA_DIR=str(tmp / "data"), PYTHONUNBUFFERED="1")
+    env.update(MAXKERNEL_DATA_DIR=str(tmp / "data"), TMPDIR=str(tmp / "tmp"), PYTHONUNBUFFERED="1")
     return env
 
 
@@ -210,7 +213,7 @@ def server(request, tmp_path_factory):
     (root / "hang.py").write_text(HANG)
     (tmp / "outside.py").write_text("SECRET = 'not for the client'\n")
     client = (_stdio_client if request.param == "stdio" else _http_client)(root, tmp)
-    client.kind, client.root = request.param, root
+    client.kind, client.root, client.tmp = request.param, root, tmp / "tmp"
     yield client
     try:
         client.close()
@@ -298,6 +301,7 @@ def test_errors_are_results_and_the_server_stays_up(server):
 
 def test_cancelling_an_evaluation_kills_its_sandboxed_jobs(server):
     idle = sandbox_workers(server.server_pid)  # pre-started pool workers, serving no call
+    folders = set(os.listdir(server.tmp))  # the pre-started pools' scratch roots
     started = threading.Event()
 
     async def progress(done, total, message):
@@ -327,6 +331,9 @@ def test_cancelling_an_evaluation_kills_its_sandboxed_jobs(server):
     while sandbox_workers(server.server_pid) - idle and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not sandbox_workers(server.server_pid) - idle, "a cancelled evaluation left sandboxed processes behind"
+    while set(os.listdir(server.tmp)) - folders and time.monotonic() < deadline + 10:
+        time.sleep(0.2)
+    assert not set(os.listdir(server.tmp)) - folders, "a cancelled evaluation left scratch folders behind"
     out = _structured(server.call("chip_specs", {"chip": "v6e"}))  # and the server still answers
     assert out["name"] == "v6e"
 
