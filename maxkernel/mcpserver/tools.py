@@ -276,6 +276,10 @@ class ToolHost:
             if isinstance(exc, KeyError) and exc.args == ("task",):
                 return tool_error(f"{name} needs a task", "pass task: a suite task name (list_tasks shows them) or a "
                                   "task folder inside the workspace root")
+            from maxkernel.tasks import TaskError
+
+            if isinstance(exc, TaskError):  # an unknown size, a task folder that does not load: the caller's input
+                return tool_error(f"{name}: {exc}", "list_tasks shows the tasks; sizes are smoke and full")
             detail = str(exc).split("\n\n")[0]
             return tool_error(f"{name} failed: {type(exc).__name__}: {detail}",
                               "check the arguments; if it happens again, carry on without this tool", kind="tool_crashed")

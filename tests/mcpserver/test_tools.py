@@ -123,6 +123,8 @@ def test_bad_chip_bad_arguments_unknown_tool_and_missing_task_are_error_results(
     assert _run(host.call("no_such_tool", {}))["error_kind"] == "unknown_tool"
     r = _run(host.call("task_info", {}))
     assert r["status"] == "error" and "needs a task" in r["message"]
+    r = _run(host.call("task_info", {"task": "8p_GEMM", "size": "huge"}))
+    assert r["error_kind"] == "bad_argument" and "no size 'huge'" in r["message"]
     r = _run(host.call("chip_specs", {"chip": "v9"}))
     assert r["status"] == "error" and r["ok"] is False  # an older tool's {"error"} in the house shape
     assert _run(host.call("chip_specs", {"chip": "v5e"}))["name"] == "v5e"
