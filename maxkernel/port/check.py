@@ -20,7 +20,7 @@ from maxkernel.port.spec import PortSpec, draw_inputs
 from maxkernel.tasknew import specs as S
 from maxkernel.tasks import DEFAULT_TOLERANCE
 
-__all__ = ["PortReport", "check_port", "describe", "param_specs"]
+__all__ = ["PortReport", "check_port", "describe", "feedback_text", "param_specs"]
 
 ORIGINAL, PORT = "original.py", "port.py"
 
@@ -236,3 +236,16 @@ def _finish(report: PortReport, mismatch: dict | None) -> PortReport:
 
 def _dims(d: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in d.items())
+
+
+def feedback_text(report: dict) -> str:
+    """What a failed check tells the porter for its next round: the summary and where the port differs."""
+    m = report.get("mismatch") or {}
+    lines = [report.get("summary", "")]
+    if m.get("traceback"):
+        lines.append("Traceback (end):\n" + str(m["traceback"])[-1500:])
+    elif m.get("worst_index") is not None and "output" in m:
+        lines.append(f"Where: seed {m.get('seed')}, {m.get('dtype')}, output {m.get('output')} "
+                     f"(shape {m.get('shape')}), worst element {m.get('worst_index')}: port {m.get('port')}, "
+                     f"original {m.get('original')}; {m.get('bad_elements')} elements off.")
+    return "\n".join(x for x in lines if x)

@@ -211,3 +211,34 @@ def test_a_persons_function_becomes_a_task_in_chat_and_is_worked_on_after_asking
     for outside in ("../../etc/hosts:f", "../../etc/ops.py:f"):
         ev = refused.say(f"make a task of {outside} with f32[8]")
         assert "refused" in responses(ev, "make_task")[0]["error"], outside
+
+
+PORT_SOURCE = Path(__file__).resolve().parents[1] / "port" / "sources" / "rmsnorm_module.py"
+
+
+def test_port_this_in_chat_checks_the_port_hands_back_the_mismatch_and_makes_a_task(server):
+    from _extras import need_module
+
+    need_module("torch", extra="port")
+    chat = Chat(server)
+    (server.drafts_dir / "rmsnorm_module.py").write_text(PORT_SOURCE.read_text())
+    ev = chat.say("port rmsnorm_module.py:RMSNorm with bf16[T=4096,H=2048] init dim=H")
+    (started,) = responses(ev, "start_port")
+    assert started["ok"] and started["kind"] == "module" and started["params"][0]["name"] == "weight"
+    assert calls(ev, "porter")
+    # The recorded first port scales by (1 + weight): the harness's own check says where it differs.
+    (first,) = responses(ev, "adopt_port")
+    assert first["ok"] is False and first["mismatch"]["worst_index"], first
+    assert "port again" in reply(ev) and "NOT EQUIVALENT" in reply(ev)
+    assert "worst element" in chat.state()["port_feedback"]
+
+    ev = chat.say("port again")
+    (made,) = responses(ev, "adopt_port")
+    assert made["ok"] is True, made
+    assert Path(made["path"]).parent == (server.data_dir / "tasks").resolve()
+    assert (Path(made["path"]) / "port" / "equivalence.json").is_file()
+    assert "Shall I work on it?" in reply(ev) and not calls(ev, "select_task")
+
+    outside = Chat(server)
+    ev = outside.say("port ../../etc/ops.py:f with f32[8]")
+    assert responses(ev, "start_port")[0]["status"] == "error"

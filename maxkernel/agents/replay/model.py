@@ -123,6 +123,14 @@ class ReplayLlm(BaseLlm):
                 statics = re.findall(r"\b(\w+=[^\s,\[\]]+)(?![^\[]*\])", text)
                 return _calls([{"name": "make_task", "args": {"function": made.group(1), "args": specs,
                                                               "static": statics}}])
+            port = re.search(r"\bport\s+(\S+\.py(?::\w+)?)", text, re.I)
+            if port:
+                named = {k: re.findall(rf"\b{k}\s+(\w+=[^\s,]+)", text) for k in ("init", "dim", "static")}
+                return _calls([{"name": "start_port", "args": {
+                    "source": port.group(1), "args": re.findall(r"\b(\w+\[[^\]]*\])", text), "init": named["init"],
+                    "dims": named["dim"], "static": named["static"]}}])
+            if re.search(r"\bport again\b", text, re.I):
+                return _calls([{"name": "porter", "args": {"request": "Fix the port: the check failed."}}])
             folder = next((w for w in text.split() if (Path(w) / "baseline.py").is_file()), None)
             if folder:
                 return _calls([{"name": "select_task", "args": {"task": folder, "size": "smoke"}}])
@@ -150,6 +158,17 @@ class ReplayLlm(BaseLlm):
             if body.get("ok"):
                 return _text(f"{body.get('summary')}\nShall I work on it? Say 'optimize {body.get('path')}'.")
             return _text(f"I could not make that task: {body.get('reason') or body.get('error')}")
+        if r.name == "start_port":
+            if not body.get("ok"):
+                return _text(f"I could not start that port: {body.get('summary') or body.get('message') or body.get('error')}")
+            return _calls([{"name": "porter", "args": {"request": "Port the operator to jax_port.py."}}])
+        if r.name == "porter":
+            return _calls([{"name": "adopt_port", "args": {}}])
+        if r.name == "adopt_port":
+            if body.get("ok"):
+                return _text(f"{body.get('summary')}\nShall I work on it? Say 'optimize {body.get('path')}'.")
+            return _text(f"The port is not equivalent yet: {body.get('summary') or body.get('message')}. "
+                         "Say 'port again' to hand it back to the porter with where it differs.")
         if r.name == "planner":
             return _calls([{"name": "submit_plan", "args": {"plan": str(body.get("result", ""))[:4000]}}])
         if r.name == "submit_plan":

@@ -13,6 +13,7 @@ import jaxbench
 from maxkernel.agents.roots.prompt import hitl_instruction
 from maxkernel.settings import get_settings
 from maxkernel.tools import plans
+from maxkernel.tools.port_tools import adopt_port, start_port
 from maxkernel.tools.task_builder import make_task
 
 __all__ = ["build_hitl_root", "select_task", "submit_plan", "use_draft", "judge_kernel"]
@@ -166,4 +167,4 @@ def build_hitl_root(pool: list, model) -> Agent:
     return Agent(name="maxkernel_hitl", model=model, instruction=hitl_instruction,
                  description="Works with a person: plans, asks approval, implements, tests, profiles, tunes.",
                  sub_agents=pool, after_tool_callback=_refresh_approval,
-                 tools=[select_task, make_task, submit_plan, use_draft, judge_kernel])
+                 tools=[select_task, make_task, start_port, adopt_port, submit_plan, use_draft, judge_kernel])

@@ -20,25 +20,13 @@ __all__ = ["PortOrchestrator", "PORT_ROUNDS"]
 PORT_ROUNDS = 3
 
 
-def _feedback(report: dict) -> str:
-    m = report.get("mismatch") or {}
-    lines = [report.get("summary", "")]
-    if m.get("traceback"):
-        lines.append("Traceback (end):\n" + str(m["traceback"])[-1500:])
-    elif m:
-        lines.append(f"Where: seed {m.get('seed')}, {m.get('dtype')}, output {m.get('output')} "
-                     f"(shape {m.get('shape')}), worst element {m.get('worst_index')}: port {m.get('port')}, "
-                     f"original {m.get('original')}; {m.get('bad_elements')} elements off.")
-    return "\n".join(x for x in lines if x)
-
-
 class PortOrchestrator(BaseAgent):
     """Routes over the pool's porter; see the module docstring. State "port" (the command's arguments) is set
     when the session is created."""
 
     async def _run_async_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
         from maxkernel.port import check_port
-        from maxkernel.port.check import describe
+        from maxkernel.port.check import describe, feedback_text
         from maxkernel.tools.port_tools import PORT_FILE, entry_function, spec_from_state
 
         state = ctx.session.state
@@ -80,7 +68,7 @@ class PortOrchestrator(BaseAgent):
                 report = r.model_dump()
                 await save_text_artifact(ctx, f"{PORT_FILE}.round{rnd + 1}", target.read_text(errors="replace"))
             yield say(ctx, self.name, f"Harness check, round {rnd + 1}: {report['summary']}",
-                      {"port_report": report, "port_feedback": "" if report.get("equivalent") else _feedback(report)})
+                      {"port_report": report, "port_feedback": "" if report.get("equivalent") else feedback_text(report)})
             if report.get("equivalent"):
                 break
         result = {**report, "port_file": str(ws / PORT_FILE) if report.get("equivalent") else None,

@@ -1,0 +1,110 @@
+"""`maxkernel port` as a user runs it: with the replay model each held-in source becomes a JAX reference the
+harness proves equivalent and a task folder the harness judges; the port and the Pallas optimisation chain in one
+command; bad input and a missing torch are one-line usage errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from _extras import need_module
+from maxkernel.cli import main
+
+SOURCES = Path(__file__).parents[1] / "port" / "sources"
+KERNELS = Path(__file__).parents[2] / "maxkernel" / "agents" / "replay" / "kernels"
+
+HELD_IN = {
+    "rmsnorm_module": ["--arg", "bf16[T=4096,H=2048]", "--init", "dim=H"],
+    "swiglu_mlp": ["--arg", "bf16[T=2048,D=1024]", "--dim", "F=2816", "--init", "dim=D", "--init", "hidden=F"],
+    "triton_softmax": ["--arg", "f32[R=8192,C=2048]"],
+    "fused_attention": ["--arg", "bf16[B=1,H=8,S=2048,D=128]"] * 3 + ["--static", "causal=True"],
+}
+
+
+def _run(tmp_path: Path, *args, timeout=900):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", MAXKERNEL_DATA_DIR=str(tmp_path / "data"), MAXKERNEL_MAX_ITERATIONS="1")
+    return subprocess.run([sys.executable, "-m", "maxkernel.cli", "port", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=tmp_path, env=env)
+
+
+@pytest.mark.unit
+def test_without_torch_it_says_how_to_install_and_exits_2(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)  # what an environment without the [port] extra sees
+    code = main(["port", "--from", str(SOURCES / "rmsnorm_module.py"), "--arg", "bf16[64,128]"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "pip install 'maxkernel[port]'" in err[0] and err[0].startswith("maxkernel: error:")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("args, words", [
+    (["--from", "missing.py", "--arg", "f32[8]"], "no Python file"),
+    (["--from", "SRC:attention", "--arg", "bf16[1,2,64,x]"], "not a positive integer"),
+    (["--from", "SRC:attention", "--arg", "f32[8]", "--jax", "nofile.py:attention"], "no file nofile.py"),
+    (["--from", "SRC:attention", "--arg", "f32[8]", "--optimize"], "--optimize needs --out"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, words, capsys):
+    need_module("torch", extra="port")
+    args = [a.replace("SRC", str(SOURCES / "fused_attention.py")) for a in args]
+    code = main(["port", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and words in err[-1], err
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("stem", sorted(HELD_IN))
+def test_replay_port_of_each_held_in_source_is_proven_and_becomes_a_task(stem, tmp_path):
+    need_module("torch", extra="port")
+    out = tmp_path / f"port_{stem}"
+    r = _run(tmp_path, "--from", str(SOURCES / f"{stem}.py"), *HELD_IN[stem], "--model", "replay", "--out", str(out),
+             "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert doc["equivalent"] and doc["agent"] and len(doc["port"]["seeds"]) == 3, doc["summary"]
+    assert doc["task"]["ok"] and (out / "baseline.py").is_file() and (out / "port" / "jax_port.py").is_file()
+    record = json.loads((out / "port" / "equivalence.json").read_text())
+    assert record["report"]["equivalent"] and record["spec"]["name"] == doc["name"]
+    if stem == "rmsnorm_module":
+        # The recorded first port is wrong; the harness's check sent it back with where it differs.
+        assert doc["port"]["rounds"] == 2
+        assert "Harness check, round 1: NOT EQUIVALENT" in r.stderr and "worst at" in r.stderr
+        # The task folder is a task the harness judges: a Pallas kernel for it is correct, a wrong one is not.
+        from maxkernel.harness.evaluate import evaluate
+
+        good = evaluate(str(out), KERNELS / "port_rmsnorm_module_pallas.py", size="smoke", estimate=False)
+        assert good.status == "correct", good.reason
+        bad = tmp_path / "bad.py"
+        bad.write_text((KERNELS / "port_rmsnorm_module_pallas.py").read_text().replace("* w_ref[...]", "* (1 + w_ref[...])"))
+        assert evaluate(str(out), bad, size="smoke", estimate=False).status == "incorrect"
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_checked_port_that_is_wrong_exits_1_with_the_location(tmp_path):
+    need_module("torch", extra="port")
+    r = _run(tmp_path, "--from", str(SOURCES / "rmsnorm_module.py"), *HELD_IN["rmsnorm_module"], "--jax",
+             f"{KERNELS / 'port_rmsnorm_module_v1.py'}:rmsnorm", "--seeds", "2", "--out", str(tmp_path / "t"), "--json")
+    assert r.returncode == 1, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert not doc["equivalent"] and doc["task"] is None and not (tmp_path / "t").exists()
+    assert doc["port"]["mismatch"]["worst_index"] and doc["port"]["mismatch"]["seed"] in doc["port"]["seeds"]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_port_then_optimize_reports_both_verdicts(tmp_path):
+    need_module("torch", extra="port")
+    out = tmp_path / "port_rmsnorm_module"
+    r = _run(tmp_path, "--from", f"{SOURCES / 'rmsnorm_module.py'}:RMSNorm", *HELD_IN["rmsnorm_module"], "--model",
+             "replay", "--out", str(out), "--optimize", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert doc["equivalent"] and doc["task"]["ok"]
+    assert doc["optimize"]["status"] == "correct" and doc["optimize"]["verdict"]["status"] == "correct"
+    assert "EQUIVALENT" in doc["summary"] and "Pallas kernel: CORRECT" in doc["summary"]
