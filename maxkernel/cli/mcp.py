@@ -43,7 +43,8 @@ def parse_http(value: str) -> tuple[str, int]:
               help="workspace root: every path argument must lie inside it")
 @click.option("--http", "http", default=None, metavar="HOST:PORT",
               help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (host 127.0.0.1 by default)")
-@click.option("--token", default=None, help="bearer token HTTP clients must send (required off localhost)")
+@click.option("--token", default=None, help="bearer token HTTP clients must send (required off localhost; default "
+              "MAXKERNEL_MCP_TOKEN)")
 def mcp(root: str, http: str | None, token: str | None) -> None:
     """Serve the tools, task resources and an "optimise this task" prompt over MCP (stdio by default)."""
     import asyncio
@@ -57,10 +58,14 @@ def mcp(root: str, http: str | None, token: str | None) -> None:
     if http is None and token is not None:
         raise UsageError("--token is for --http; a stdio server is reached only by the process that started it")
     if http is not None:
+        from maxkernel.settings import get_settings
+
+        configured = get_settings().mcp_token
+        token = token or (configured.get_secret_value() if configured else None)
         host, port = parse_http(http)
         if not _loopback(host) and not token:
-            raise UsageError(f"--http {http}: serving beyond localhost needs --token TOKEN (clients send "
-                             "Authorization: Bearer TOKEN)")
+            raise UsageError(f"--http {http}: serving beyond localhost needs --token TOKEN or MAXKERNEL_MCP_TOKEN "
+                             "(clients send Authorization: Bearer TOKEN)")
     try:
         from maxkernel.mcpserver import server
     except ImportError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+from _extras import need_module
 
 from maxkernel.cli import main
 from maxkernel.cli.mcp import parse_http
@@ -36,6 +37,29 @@ def test_without_the_sdk_it_says_how_to_install_it(capsys, monkeypatch, tmp_path
 ])
 def test_usage_errors(capsys, argv, words):
     _one_line_exit_2(capsys, argv, words)
+
+
+def test_the_token_may_come_from_the_settings(capsys, monkeypatch):
+    """MAXKERNEL_MCP_TOKEN satisfies the token rule (so the token need not be on a command line); the server
+    would then start, which is stubbed here."""
+    need_module("mcp", extra="mcp")
+    from maxkernel.mcpserver import server
+    from maxkernel.settings import get_settings
+
+    started = {}
+
+    async def fake_serve_http(root, host, port, token):
+        started.update(host=host, port=port, token=token)
+
+    monkeypatch.setenv("MAXKERNEL_MCP_TOKEN", "from-settings")
+    get_settings.cache_clear()
+    monkeypatch.setattr(server, "serve_http", fake_serve_http)
+    try:
+        assert main(["mcp", "--http", "0.0.0.0:8765"]) == 0
+    finally:
+        monkeypatch.delenv("MAXKERNEL_MCP_TOKEN")
+        get_settings.cache_clear()
+    assert started == {"host": "0.0.0.0", "port": 8765, "token": "from-settings"}
 
 
 def test_http_address_defaults_to_localhost():
