@@ -64,7 +64,7 @@ def run_port(source: str, args: list[str], *, kind: str | None = None, gens: lis
              init: list[str] | None = None, dims: list[str] | None = None, static: list[str] | None = None,
              smoke: list[str] | None = None, oracle: str | None = None, jax: str | None = None,
              out: str | Path | None = None, force: bool = False, model: str | None = None, seeds: int = 3,
-             optimize: bool = False, progress: Callable[[str], None] | None = None) -> dict:
+             backward: bool = False, optimize: bool = False, progress: Callable[[str], None] | None = None) -> dict:
     """Port, prove, make the task, optionally optimise; returns the cli.md `port` document. PortError before any
     work for usage problems."""
     from maxkernel.port import SpecError, build_spec, check_port
@@ -80,7 +80,7 @@ def run_port(source: str, args: list[str], *, kind: str | None = None, gens: lis
     raw = {"source": f"{spec.source.resolve()}:{spec.name}", "file": str(spec.source.resolve()), "name": spec.name,
            "kind": spec.kind, "args": list(args), "gens": list(gens or []), "init": list(init or []),
            "dims": list(dims or []), "static": list(static or []), "smoke": list(smoke or []),
-           "oracle": f"{spec.oracle[0].resolve()}:{spec.oracle[1]}" if spec.oracle else None}
+           "oracle": f"{spec.oracle[0].resolve()}:{spec.oracle[1]}" if spec.oracle else None, "backward": backward}
     if out is not None:
         o = Path(out)
         if o.exists() and (not o.is_dir() or any(o.iterdir())) and not force:
@@ -95,7 +95,7 @@ def run_port(source: str, args: list[str], *, kind: str | None = None, gens: lis
         if not Path(where).is_file():
             raise PortError(f"--jax {jax!r}: no file {where}")
         port_file, function = Path(where), fn
-        report = check_port(spec, port_file, function, seeds=seeds, progress=lambda m: progress(f"  {m}")).model_dump()
+        report = check_port(spec, port_file, function, seeds=seeds, backward=backward, progress=lambda m: progress(f"  {m}")).model_dump()
     else:
         report, usage = _agent_port(spec, raw, model, progress)
         doc["usage"] = usage

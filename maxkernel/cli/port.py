@@ -41,6 +41,8 @@ def _need_torch(kind: str | None) -> None:
               help="a PyTorch reference of a Triton/CUDA kernel's semantics, run as the oracle instead of the source")
 @click.option("--jax", "jax_port", default=None, metavar="FILE.py:FN",
               help="check this JAX port instead of asking the agent to write one")
+@click.option("--backward", is_flag=True,
+              help="check gradients too: the original's backward (an autograd.Function's own) vs jax.vjp of the port")
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1, max=16))
 @click.option("--out", default=None, type=click.Path(file_okay=False),
               help="write the proven port as a task folder here (bring-your-own format)")
@@ -48,7 +50,7 @@ def _need_torch(kind: str | None) -> None:
 @click.option("--model", default=None, help="model for the porter (and the loop): replay, gemini-..., or LiteLLM")
 @click.option("--optimize", is_flag=True, help="then run the autonomous loop on the task for a Pallas kernel")
 @json_option
-def port(source, kind, args, gens, init, dims, static, smoke, oracle, jax_port, seeds, out, force, model, optimize,
+def port(source, kind, args, gens, init, dims, static, smoke, oracle, jax_port, backward, seeds, out, force, model, optimize,
          as_json) -> None:
     """Port the operator in FILE.py to a pure-JAX reference and prove it: the original runs on CPU (PyTorch; a
     Triton launcher under Triton's interpreter; a CUDA kernel through --oracle) in the sandbox, the port in another,
@@ -65,7 +67,8 @@ def port(source, kind, args, gens, init, dims, static, smoke, oracle, jax_port, 
     try:
         doc = run_port(source, list(args), kind=kind, gens=list(gens), init=list(init), dims=list(dims),
                        static=list(static), smoke=list(smoke), oracle=oracle, jax=jax_port, out=out, force=force,
-                       model=model, seeds=seeds, optimize=optimize, progress=progress)
+                       model=model, seeds=seeds, backward=backward, optimize=optimize,
+                       progress=progress)
     except PortError as exc:
         raise UsageError(str(exc)) from None
     emit(as_json, doc, doc["summary"])

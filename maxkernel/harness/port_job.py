@@ -127,35 +127,62 @@ def _flat(out) -> list:
     return [out]
 
 
+def _cotangents(seed: int, outs: list) -> list:
+    """The backward check's output gradients: drawn from the seed both jobs are given, so both use the same."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(tuple(o.shape)).astype(np.float32) for o in outs]
+
+
+def _is_float_array(a) -> bool:
+    return str(a.dtype).startswith(("float", "bfloat"))
+
+
 def _oracle(obj, kind: str, job: dict, scratch: Path, torch) -> dict:
     from maxkernel.harness.arrays import load_arrays, save_arrays
 
     static = job.get("static") or {}
     n_params = int(job.get("n_params") or 0)
-    call = None
+    backward = bool(job.get("backward"))
     if kind == "module":
         instance = _instance(obj, job, torch)
         names = [n for n, _ in instance.named_parameters()]
+    n_out = None
     for i in range(int(job["seeds"])):
         arrays = load_arrays(scratch / f"inputs_{i}.npz")
         tensors = [_to_torch(a, torch) for a in arrays]
+        wrt = [t for t, a in zip(tensors, arrays) if backward and _is_float_array(a)]
+        for t in wrt:
+            t.requires_grad_(True)
         data, params = (tensors[:len(tensors) - n_params], tensors[len(tensors) - n_params:]) if n_params else (tensors, [])
-        before = [t.clone() for t in data]
-        with torch.no_grad():
+        before = [t.detach().clone() for t in data]
+        with torch.set_grad_enabled(backward):
             if kind == "module":
                 out = torch.func.functional_call(instance, dict(zip(names, params)), tuple(data), static)
             elif kind == "autograd":
                 out = obj.apply(*data, *static.values())
             else:
-                call = call or obj
-                out = call(*data, **static)
+                out = obj(*data, **static)
         if out is None:  # an in-place op: its outputs are the arguments it wrote
+            if backward:
+                return {"status": "error", "stage": "oracle", "error": "the backward check needs an op that returns "
+                        "its outputs (this one writes its arguments in place)"}
             out = [t for t, b in zip(data, before) if not torch.equal(t, b)]
             if not out:
                 return {"status": "error", "stage": "oracle",
                         "error": f"{job['name']} returned None and changed none of its arguments"}
-        save_arrays(scratch / f"out_{i}.npz", [_to_numpy(t, torch) for t in _flat(out)])
-    return {"status": "ok", "kind": kind}
+        leaves = _flat(out)
+        n_out = len(leaves)
+        saved = [_to_numpy(t, torch) for t in leaves]
+        if backward:
+            # The original's own backward (an autograd.Function's, or autograd through its ops) for the
+            # cotangents drawn from the seed the parent gave both jobs.
+            cots = [torch.from_numpy(c).to(t.dtype) for c, t in zip(_cotangents(job["cot_seeds"][i], leaves), leaves)]
+            grads = torch.autograd.grad(leaves, wrt, grad_outputs=cots, allow_unused=True)
+            saved += [_to_numpy(torch.zeros_like(t) if g is None else g, torch) for g, t in zip(grads, wrt)]
+        save_arrays(scratch / f"out_{i}.npz", saved)
+    return {"status": "ok", "kind": kind, "n_outputs": n_out}
 
 
 def _candidate(job: dict, scratch: Path) -> dict:
@@ -172,6 +199,20 @@ def _candidate(job: dict, scratch: Path) -> dict:
     jitted = jax.jit(lambda *a: fn(*a, **static))
     for i in range(int(job["seeds"])):
         arrays = [jax.numpy.asarray(a) for a in load_arrays(scratch / f"inputs_{i}.npz")]
-        out = jitted(*arrays)
-        save_arrays(scratch / f"out_{i}.npz", [np.asarray(x) for x in jax.tree_util.tree_leaves(out)])
+        if not job.get("backward"):
+            out = jitted(*arrays)
+            save_arrays(scratch / f"out_{i}.npz", [np.asarray(x) for x in jax.tree_util.tree_leaves(out)])
+            continue
+        floats = [k for k, a in enumerate(arrays) if _is_float_array(a)]
+
+        def on_floats(*fs, arrays=arrays, floats=floats):
+            full = list(arrays)
+            for k, f in zip(floats, fs):
+                full[k] = f
+            return jax.tree_util.tree_leaves(fn(*full, **static))
+
+        leaves, vjp = jax.vjp(on_floats, *[arrays[k] for k in floats])
+        cots = [jax.numpy.asarray(c).astype(o.dtype) for c, o in zip(_cotangents(job["cot_seeds"][i], leaves), leaves)]
+        grads = vjp(cots)
+        save_arrays(scratch / f"out_{i}.npz", [np.asarray(x) for x in list(leaves) + list(grads)])
     return {"status": "ok"}

@@ -38,6 +38,7 @@ class PortReport(BaseModel):
     dtypes: list[str] = Field(default_factory=list, description="Float dtypes the check ran in.")
     unsupported_dtypes: dict[str, str] = Field(default_factory=dict, description="Dtypes the original itself fails in.")
     size: dict[str, int] = Field(default_factory=dict, description="The dims the check ran at.")
+    backward: bool = Field(False, description="Gradients checked too: the original's backward vs jax.vjp of the port.")
     params: list[dict] = Field(default_factory=list, description="A module's parameters, passed as trailing inputs.")
     per_seed: list[dict] = Field(default_factory=list)
     mismatch: dict | None = Field(None, description="The first disagreement: seed, dtype, output, worst location.")
@@ -127,9 +128,10 @@ def _normalise(o, c):
     return o if np.asarray(o).dtype == np.asarray(c).dtype else o
 
 
-def _compare(oracle: list, port: list) -> tuple[bool, list[dict], str]:
+def _compare(oracle: list, port: list, n_outputs: int | None = None) -> tuple[bool, list[dict], str]:
     if len(oracle) != len(port):
-        return False, [], f"the port returns {len(port)} outputs, the original {len(oracle)}"
+        n = n_outputs if n_outputs is not None else len(oracle)
+        return False, [], f"the port returns {len(port) - (len(oracle) - n)} outputs, the original {n}"
     rows, ok = [], True
     for i, (o, c) in enumerate(zip(oracle, port)):
         o = _normalise(o, c)
@@ -137,19 +139,21 @@ def _compare(oracle: list, port: list) -> tuple[bool, list[dict], str]:
         tol = 0.0 if not dtype.startswith(("float", "bfloat")) else DEFAULT_TOLERANCE.get(dtype, DEFAULT_TOLERANCE["float32"])
         m = compare(i, c, o, dtype, tol)
         ok = ok and m.ok
-        rows.append({"output": i, "ok": m.ok, "rel_err": m.rel_err, "tolerance": m.tolerance, "reason": m.reason,
+        what = {} if n_outputs is None or i < n_outputs else {"gradient_of_input": i - n_outputs}
+        rows.append({"output": i, **what, "ok": m.ok, "rel_err": m.rel_err, "tolerance": m.tolerance, "reason": m.reason,
                      "bad_elements": m.bad_elements, "worst_index": list(m.worst_index), "port": m.worst_out,
                      "original": m.worst_ref, "shape": list(o.shape), "dtype": dtype})
     return ok, rows, ""
 
 
 def check_port(spec: PortSpec, port_file: str | Path, function: str, *, seeds: int = 3,
-               dtypes: list[str] | None = None, timeout: float | None = None,
+               dtypes: list[str] | None = None, backward: bool = False, timeout: float | None = None,
                progress: Callable[[str], None] = lambda msg: None) -> PortReport:
     """Is `function` in `port_file` (pure JAX) the same operator as the original? Never raises for anything
     the port or the original does; a bad spec is a SpecError."""
     port_file = Path(port_file)
-    base = {"name": spec.name, "kind": spec.kind, "port": f"{port_file}:{function}", "size": dict(spec.smoke)}
+    base = {"name": spec.name, "kind": spec.kind, "port": f"{port_file}:{function}", "size": dict(spec.smoke),
+            "backward": backward}
     if not port_file.is_file():
         return PortReport(ok=False, summary=f"no port file {port_file}", error=f"no file {port_file}",
                           hint="write the JAX port first", **base)
@@ -159,6 +163,7 @@ def check_port(spec: PortSpec, port_file: str | Path, function: str, *, seeds: i
                           error=refused, hint="a port is pure JAX: jax.numpy/lax, numpy, math, functools; no "
                           "torch, no files, no callbacks", **base)
     drawn = sorted(secrets.SystemRandom().sample(range(1, 1 << 30), seeds))
+    cot_seeds = [secrets.randbelow(1 << 30) for _ in drawn]
     pool = WorkerPool(size=0)
     tmp = tempfile.TemporaryDirectory(prefix="mk-port-")
     try:
@@ -184,7 +189,8 @@ def check_port(spec: PortSpec, port_file: str | Path, function: str, *, seeds: i
                 arrays = draw_inputs(spec.arg_specs, spec.smoke, seed, dtype) + draw_inputs(pspecs, spec.smoke, seed + 1)
                 files[f"inputs_{i}.npz"] = Path(tmp.name) / f"{dtype}_inputs_{i}.npz"
                 save_arrays(files[f"inputs_{i}.npz"], arrays)
-            common = {"seeds": len(drawn), "static": spec.static, "n_params": len(pspecs)}
+            common = {"seeds": len(drawn), "static": spec.static, "n_params": len(pspecs), "backward": backward,
+                      "cot_seeds": cot_seeds}
             progress(f"{dtype}: running the original ({'oracle ' if spec.oracle else ''}{kind}) on {len(drawn)} seeds")
             job = {"mode": "oracle", "file": ORIGINAL, "name": oname, "init": spec.init_at(spec.smoke),
                    "dtype": dtype if pspecs else None, "op_kind": "function" if spec.oracle else kind, **common}
@@ -204,7 +210,7 @@ def check_port(spec: PortSpec, port_file: str | Path, function: str, *, seeds: i
                 return _finish(report, {"dtype": dtype, "error": res_c.get("error"),
                                         "traceback": res_c.get("traceback", "")[-1200:]})
             for seed, o, c in zip(drawn, outs_o, outs_c):
-                ok, rows, why = _compare(o, c)
+                ok, rows, why = _compare(o, c, res_o.get("n_outputs") if backward else None)
                 report.per_seed.append({"seed": seed, "dtype": dtype, "ok": ok, "outputs": rows, **({"error": why} if why else {})})
                 if not ok and report.mismatch is None:
                     bad = next((r for r in rows if not r["ok"]), None)
@@ -221,13 +227,16 @@ def _finish(report: PortReport, mismatch: dict | None) -> PortReport:
     if mismatch is None and report.dtypes:
         n = len(report.seeds)
         extra = f"; the original does not run in {', '.join(report.unsupported_dtypes)}" if report.unsupported_dtypes else ""
+        grads = ", gradients included" if report.backward else ""
         return report.model_copy(update={"equivalent": True, "summary": f"EQUIVALENT on {n} seeds in "
-                                         f"{', '.join(report.dtypes)} at {_dims(report.size)}{extra}"})
+                                         f"{', '.join(report.dtypes)} at {_dims(report.size)}{grads}{extra}"})
     if mismatch and "error" in mismatch and "output" not in mismatch:
         return report.model_copy(update={"equivalent": False, "mismatch": mismatch, "error": mismatch["error"],
                                          "summary": f"NOT EQUIVALENT: the port failed to run ({mismatch['dtype']}): "
                                                     f"{mismatch['error']}"})
     where = mismatch.get("reason") or ""
+    if "gradient_of_input" in mismatch:
+        where = f"the gradient of input {mismatch['gradient_of_input']} differs: {where}"
     return report.model_copy(update={"equivalent": False, "mismatch": mismatch,
                                      "summary": f"NOT EQUIVALENT (seed {mismatch['seed']}, {mismatch['dtype']}): {where}"
                                                 + (f"; port {mismatch['port']:.6g} vs original {mismatch['original']:.6g}"

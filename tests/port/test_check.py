@@ -118,3 +118,33 @@ def test_inplace_autograd_and_cuda_oracle_sources(tmp_path):
     oracle.write_text("def square(x):\n    return x * x\n")
     r = check_port(build_spec(f"{cu}:square", ["f32[8,128]"], oracle=f"{oracle}:square"), port, "square", seeds=1)
     assert r.equivalent and r.kind == "function"
+
+
+def test_backward_checks_the_originals_own_gradient(tmp_path):
+    """With backward, the original's backward (an autograd.Function's own) is held against jax.vjp of the port:
+    a custom backward that disagrees with the forward's math is named, input by input."""
+    port = tmp_path / "port.py"
+    port.write_text("def square(x):\n    return x * x\n")
+    for factor, equivalent in (("2", True), ("3", False)):
+        src = tmp_path / f"sq{factor}.py"
+        src.write_text(textwrap.dedent(f'''
+            import torch
+
+
+            class Square(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, x):
+                    ctx.save_for_backward(x)
+                    return x * x
+
+                @staticmethod
+                def backward(ctx, g):
+                    (x,) = ctx.saved_tensors
+                    return {factor} * x * g
+            '''))
+        r = check_port(build_spec(f"{src}:Square", ["f32[8,128]"]), port, "square", seeds=2, backward=True)
+        assert r.equivalent is equivalent and r.backward, r.summary
+        if not equivalent:
+            assert r.mismatch["gradient_of_input"] == 0 and "gradient of input 0" in r.summary
+    # Without backward the same wrong backward is never run: the forward alone is equivalent.
+    assert check_port(build_spec(f"{tmp_path / 'sq3.py'}:Square", ["f32[8,128]"]), port, "square", seeds=1).equivalent
