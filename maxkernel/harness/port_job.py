@@ -23,7 +23,8 @@ def run(job: dict, scratch: Path) -> dict:
         return _candidate(job, scratch)
     if mode not in ("describe", "oracle"):
         return {"status": "error", "stage": "job", "error": f"unknown port mode {mode!r}"}
-    if job.get("op_kind") == "triton" or _imports_triton(scratch / job["file"]):
+    on_gpu = job.get("device") == "cuda"
+    if not on_gpu and (job.get("op_kind") == "triton" or _imports_triton(scratch / job["file"])):
         os.environ["TRITON_INTERPRET"] = "1"  # Triton's own interpreter runs the kernel on CPU tensors
     try:
         import torch
@@ -36,7 +37,7 @@ def run(job: dict, scratch: Path) -> dict:
         return {"status": "error", "stage": "oracle", "error": f"{job['file']} defines no {job['name']!r}"}
     kind = job.get("op_kind") or _kind(obj, module, torch)
     if mode == "describe":
-        return {"status": "ok", "kind": kind, **_describe(obj, kind, job, torch)}
+        return {"status": "ok", "kind": kind, "cuda": bool(torch.cuda.is_available()), **_describe(obj, kind, job, torch)}
     return _oracle(obj, kind, job, scratch, torch)
 
 
@@ -145,13 +146,14 @@ def _oracle(obj, kind: str, job: dict, scratch: Path, torch) -> dict:
     static = job.get("static") or {}
     n_params = int(job.get("n_params") or 0)
     backward = bool(job.get("backward"))
+    device = "cuda" if job.get("device") == "cuda" else "cpu"  # on an NVIDIA GPU the original kernel itself runs
     if kind == "module":
-        instance = _instance(obj, job, torch)
+        instance = _instance(obj, job, torch).to(device)
         names = [n for n, _ in instance.named_parameters()]
     n_out = None
     for i in range(int(job["seeds"])):
         arrays = load_arrays(scratch / f"inputs_{i}.npz")
-        tensors = [_to_torch(a, torch) for a in arrays]
+        tensors = [_to_torch(a, torch).to(device) for a in arrays]
         wrt = [t for t, a in zip(tensors, arrays) if backward and _is_float_array(a)]
         for t in wrt:
             t.requires_grad_(True)
@@ -178,7 +180,7 @@ def _oracle(obj, kind: str, job: dict, scratch: Path, torch) -> dict:
         if backward:
             # The original's own backward (an autograd.Function's, or autograd through its ops) for the
             # cotangents drawn from the seed the parent gave both jobs.
-            cots = [torch.from_numpy(c).to(t.dtype) for c, t in zip(_cotangents(job["cot_seeds"][i], leaves), leaves)]
+            cots = [torch.from_numpy(c).to(device=t.device, dtype=t.dtype) for c, t in zip(_cotangents(job["cot_seeds"][i], leaves), leaves)]
             grads = torch.autograd.grad(leaves, wrt, grad_outputs=cots, allow_unused=True)
             saved += [_to_numpy(torch.zeros_like(t) if g is None else g, torch) for g, t in zip(grads, wrt)]
         save_arrays(scratch / f"out_{i}.npz", saved)

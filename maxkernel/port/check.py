@@ -38,6 +38,8 @@ class PortReport(BaseModel):
     dtypes: list[str] = Field(default_factory=list, description="Float dtypes the check ran in.")
     unsupported_dtypes: dict[str, str] = Field(default_factory=dict, description="Dtypes the original itself fails in.")
     size: dict[str, int] = Field(default_factory=dict, description="The dims the check ran at.")
+    oracle: str = Field("", description="What ran as the oracle, and where: the original on CPU (PyTorch, or a "
+                        "Triton launcher under Triton's interpreter), the original on an NVIDIA GPU, or a PyTorch oracle.")
     backward: bool = Field(False, description="Gradients checked too: the original's backward vs jax.vjp of the port.")
     params: list[dict] = Field(default_factory=list, description="A module's parameters, passed as trailing inputs.")
     per_seed: list[dict] = Field(default_factory=list)
@@ -177,8 +179,13 @@ def check_port(spec: PortSpec, port_file: str | Path, function: str, *, seeds: i
         sweep = [primary] + [d for d in (dtypes or ["float32"]) if d != primary]
         if not any(a.is_float for a in spec.arg_specs):
             sweep = [primary]
-        report = PortReport(ok=True, seeds=drawn, params=info.get("params", []), **{**base, "kind": kind})
-        src, oname = spec.oracle or (spec.source, spec.name)
+        # On an NVIDIA GPU a Triton or CUDA original runs as itself, the oracle a user gave notwithstanding.
+        gpu = bool(info.get("cuda")) and spec.kind in ("triton", "cuda")
+        src, oname = (spec.source, spec.name) if gpu else (spec.oracle or (spec.source, spec.name))
+        ran = ("the original on an NVIDIA GPU" if gpu else f"the PyTorch oracle {Path(src).name}:{oname} on CPU"
+               if spec.oracle else "the original under Triton's CPU interpreter" if spec.kind == "triton"
+               else "the original in PyTorch on CPU")
+        report = PortReport(ok=True, seeds=drawn, params=info.get("params", []), oracle=ran, **{**base, "kind": kind})
         for dtype in sweep:
             try:
                 pspecs = [a for _, a in param_specs(spec, info.get("params", []), dtype)]
@@ -193,7 +200,8 @@ def check_port(spec: PortSpec, port_file: str | Path, function: str, *, seeds: i
                       "cot_seeds": cot_seeds}
             progress(f"{dtype}: running the original ({'oracle ' if spec.oracle else ''}{kind}) on {len(drawn)} seeds")
             job = {"mode": "oracle", "file": ORIGINAL, "name": oname, "init": spec.init_at(spec.smoke),
-                   "dtype": dtype if pspecs else None, "op_kind": "function" if spec.oracle else kind, **common}
+                   "dtype": dtype if pspecs else None, "op_kind": "function" if spec.oracle and not gpu else kind,
+                   "device": "cuda" if gpu else "cpu", **common}
             res_o, outs_o = _run(pool, job, {ORIGINAL: Path(src), **files}, timeout, len(drawn))
             if res_o.get("status") != "ok":
                 if dtype != primary:

@@ -13,7 +13,7 @@ import numpy as np
 
 from maxkernel.tasknew import specs as S
 
-__all__ = ["PortSpec", "parse_source", "build_spec", "draw_inputs", "KINDS", "SpecError"]
+__all__ = ["PortSpec", "parse_source", "build_spec", "draw_inputs", "gpu_here", "KINDS", "SpecError"]
 
 SpecError = S.SpecError
 KINDS = ("torch", "triton", "cuda")
@@ -127,10 +127,15 @@ def build_spec(source: str, args: list[str], *, kind: str | None = None, gens: l
     found_oracle = None
     if oracle:
         found_oracle = parse_source(oracle)
-    elif kind == "cuda":
+    elif kind == "cuda" and not gpu_here():
         raise SpecError("a CUDA source cannot run here (no NVIDIA GPU): give --oracle FILE.py:FN, a PyTorch "
                         "function with the kernel's semantics, which becomes the oracle")
     return PortSpec(path, name, kind, list(args), gen_specs, config, small, arg_specs, inits, statics, found_oracle)
+
+
+def gpu_here() -> bool:
+    """An NVIDIA GPU's device nodes on this machine: there a Triton or CUDA original runs as itself."""
+    return Path("/dev/nvidiactl").exists() and any(Path("/dev").glob("nvidia[0-9]*"))
 
 
 def _bound(value: str, dims: dict) -> float:

@@ -148,3 +148,19 @@ def test_backward_checks_the_originals_own_gradient(tmp_path):
             assert r.mismatch["gradient_of_input"] == 0 and "gradient of input 0" in r.summary
     # Without backward the same wrong backward is never run: the forward alone is equivalent.
     assert check_port(build_spec(f"{tmp_path / 'sq3.py'}:Square", ["f32[8,128]"]), port, "square", seeds=1).equivalent
+
+
+@pytest.mark.gpu
+def test_on_an_nvidia_gpu_the_triton_original_runs_as_itself():
+    from maxkernel.port.spec import gpu_here
+
+    if not gpu_here():
+        pytest.skip("needs an NVIDIA GPU (here the Triton original runs under Triton's CPU interpreter)")
+    r = check_port(_spec("triton_softmax"), PORTS / "port_triton_softmax_v1.py", "softmax", seeds=2)
+    assert r.equivalent and r.oracle == "the original on an NVIDIA GPU", r.summary
+
+
+def test_the_report_says_what_ran_as_the_oracle(tmp_path):
+    r = check_port(_spec("triton_softmax", smoke=["R=64", "C=128"]), PORTS / "port_triton_softmax_v1.py", "softmax",
+                   seeds=1)
+    assert r.equivalent and r.oracle == "the original under Triton's CPU interpreter", r.oracle
