@@ -35,13 +35,22 @@ def spec_from_state(port: dict):
                       oracle=port.get("oracle"))
 
 
-async def check_port(tool_context: ToolContext, path: str = PORT_FILE, function: str = "") -> dict:
+async def check_port(tool_context: ToolContext, path: str = PORT_FILE, function: str = "", source: str = "",
+                     args: list[str] | None = None, init: list[str] | None = None, dims: list[str] | None = None,
+                     static: list[str] | None = None, backward: bool = False) -> dict:
     """Checks a JAX port against the original operator: both run in separate sandboxes on the same random inputs
     (3 seeds; the source's dtype and float32), compared with the harness's fixed tolerances.
 
     Args:
         path: The port file in the workspace (default jax_port.py).
         function: The operator's function in it; empty: the file's first public top-level function.
+        source: Only outside a port session: the original, "FILE.py[:NAME]" in the workspace (a PyTorch module
+            or function, or a Triton launcher); a port session's own original is used otherwise.
+        args: With source: one spec per tensor argument, e.g. ["bf16[T=4096,H=2048]"].
+        init: With source: a module's constructor arguments, e.g. ["dim=H"].
+        dims: With source: named sizes no argument carries, e.g. ["F=11008"].
+        static: With source: keyword arguments on every call, e.g. ["causal=True"].
+        backward: With source: check the gradients too (the original's backward vs jax.vjp of the port).
 
     Returns:
         equivalent (true/false), summary, per-seed errors, and on a mismatch where (seed, dtype, output, the
@@ -50,9 +59,19 @@ async def check_port(tool_context: ToolContext, path: str = PORT_FILE, function:
     from maxkernel.port import SpecError, check_port as run_check
 
     port = tool_context.state.get("port")
+    if not port and source:
+        try:
+            where, sep, op = str(source).rpartition(":")
+            where, op = (where, op) if sep and where.endswith(".py") else (str(source), "")
+            original = resolve(workspace_dir(tool_context), where)
+            port = {"source": f"{original}:{op}" if op else str(original), "args": _list(args, "args"),
+                    "init": _list(init, "init"), "dims": _list(dims, "dims"), "static": _list(static, "static"),
+                    "backward": bool(backward)}
+        except (WorkspaceError, ValueError) as exc:
+            return tool_error(str(exc), "source is FILE.py[:NAME] inside the workspace; args like ['f32[R=64,C=128]']")
     if not port:
-        return tool_error("no port is under way in this session", "start one with `maxkernel port --from FILE.py` "
-                          "or ask to port a file")
+        return tool_error("no port is under way in this session", "give source and args (the original and its "
+                          "argument specs), or start a port with `maxkernel port --from FILE.py`")
     try:
         target = resolve(workspace_dir(tool_context), str(path or PORT_FILE))
     except WorkspaceError as exc:
@@ -67,7 +86,7 @@ async def check_port(tool_context: ToolContext, path: str = PORT_FILE, function:
     try:
         spec = spec_from_state(port)
     except SpecError as exc:
-        return tool_error(str(exc), "the port's arguments in session state are unusable")
+        return tool_error(str(exc), "check source, args, init and dims (as for `maxkernel port`)")
     report = await asyncio.to_thread(run_check, spec, target, name, backward=bool(port.get("backward")))
     tool_context.state["port_report"] = report.model_dump()
     d = report.model_dump(exclude={"per_seed"})
