@@ -1,0 +1,38 @@
+"""The port and the Pallas optimisation chained in one command (`maxkernel port ... --optimize`): the porter's
+recorded rounds, the harness's equivalence check, the task folder, then the autonomous loop on it, both verdicts
+reported."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from _extras import need_module
+
+SOURCES = Path(__file__).parent / "port" / "sources"
+RMSNORM = ["--arg", "bf16[T=4096,H=2048]", "--init", "dim=H"]
+
+
+def _run(tmp_path: Path, *args, timeout=900):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", MAXKERNEL_DATA_DIR=str(tmp_path / "data"), MAXKERNEL_MAX_ITERATIONS="1")
+    return subprocess.run([sys.executable, "-m", "maxkernel.cli", "port", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=tmp_path, env=env)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_port_then_optimize_reports_both_verdicts(tmp_path):
+    need_module("torch", extra="port")
+    out = tmp_path / "port_rmsnorm_module"
+    r = _run(tmp_path, "--from", f"{SOURCES / 'rmsnorm_module.py'}:RMSNorm", *RMSNORM, "--model",
+             "replay", "--out", str(out), "--optimize", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert doc["equivalent"] and doc["task"]["ok"]
+    assert doc["optimize"]["status"] == "correct" and doc["optimize"]["verdict"]["status"] == "correct"
+    assert "EQUIVALENT" in doc["summary"] and "Pallas kernel: CORRECT" in doc["summary"]
