@@ -80,7 +80,7 @@ def run_port(source: str, args: list[str], *, kind: str | None = None, gens: lis
     raw = {"source": f"{spec.source.resolve()}:{spec.name}", "file": str(spec.source.resolve()), "name": spec.name,
            "kind": spec.kind, "args": list(args), "gens": list(gens or []), "init": list(init or []),
            "dims": list(dims or []), "static": list(static or []), "smoke": list(smoke or []),
-           "oracle": f"{spec.oracle[0].resolve()}:{spec.oracle[1]}" if spec.oracle else None, "backward": backward}
+           "oracle": f"{spec.oracle[0].resolve()}:{spec.oracle[1]}" if spec.oracle else None, "backward": backward, "seeds": seeds}
     if out is not None:
         o = Path(out)
         if o.exists() and (not o.is_dir() or any(o.iterdir())) and not force:

@@ -30,9 +30,10 @@ def test_port_then_optimize_reports_both_verdicts(tmp_path):
     need_module("torch", extra="port")
     out = tmp_path / "port_rmsnorm_module"
     r = _run(tmp_path, "--from", f"{SOURCES / 'rmsnorm_module.py'}:RMSNorm", *RMSNORM, "--model",
-             "replay", "--out", str(out), "--optimize", "--json")
+             "replay", "--out", str(out), "--optimize", "--seeds", "2", "--json")
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)
     assert doc["equivalent"] and doc["task"]["ok"]
+    assert len(doc["port"]["seeds"]) == 2  # --seeds reaches the harness's check in the agent path too
     assert doc["optimize"]["status"] == "correct" and doc["optimize"]["verdict"]["status"] == "correct"
     assert "EQUIVALENT" in doc["summary"] and "Pallas kernel: CORRECT" in doc["summary"]

@@ -87,7 +87,8 @@ async def check_port(tool_context: ToolContext, path: str = PORT_FILE, function:
         spec = spec_from_state(port)
     except SpecError as exc:
         return tool_error(str(exc), "check source, args, init and dims (as for `maxkernel port`)")
-    report = await asyncio.to_thread(run_check, spec, target, name, backward=bool(port.get("backward")))
+    report = await asyncio.to_thread(run_check, spec, target, name, seeds=int(port.get("seeds") or 3),
+                                  backward=bool(port.get("backward")))
     tool_context.state["port_report"] = report.model_dump()
     d = report.model_dump(exclude={"per_seed"})
     d["per_seed"] = [{k: v for k, v in row.items() if k != "outputs"} | {"max_rel_err": max(
@@ -190,7 +191,8 @@ async def adopt_port(tool_context: ToolContext, name: str = "") -> dict:
         spec = spec_from_state(port)
     except SpecError as exc:
         return tool_error(str(exc), "start the port again with start_port")
-    report = await asyncio.to_thread(run_check, spec, target, fn, backward=bool(port.get("backward")))
+    report = await asyncio.to_thread(run_check, spec, target, fn, seeds=int(port.get("seeds") or 3),
+                                  backward=bool(port.get("backward")))
     tool_context.state["port_report"] = report.model_dump()
     if not report.equivalent:
         from maxkernel.port.check import feedback_text

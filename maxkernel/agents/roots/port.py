@@ -64,7 +64,8 @@ class PortOrchestrator(BaseAgent):
                 report = {"ok": True, "equivalent": False, "summary": f"round {rnd + 1}: no usable {PORT_FILE} "
                           "(missing, unparseable, or without a public function)"}
             else:
-                r = await asyncio.to_thread(check_port, spec, target, name, backward=bool(port.get("backward")))
+                r = await asyncio.to_thread(check_port, spec, target, name, seeds=int(port.get("seeds") or 3),
+                                            backward=bool(port.get("backward")))
                 report = r.model_dump()
                 await save_text_artifact(ctx, f"{PORT_FILE}.round{rnd + 1}", target.read_text(errors="replace"))
             yield say(ctx, self.name, f"Harness check, round {rnd + 1}: {report['summary']}",
