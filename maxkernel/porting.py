@@ -83,8 +83,11 @@ def run_port(source: str, args: list[str], *, kind: str | None = None, gens: lis
            "oracle": f"{spec.oracle[0].resolve()}:{spec.oracle[1]}" if spec.oracle else None, "backward": backward, "seeds": seeds}
     if out is not None:
         o = Path(out)
-        if o.exists() and (not o.is_dir() or any(o.iterdir())) and not force:
-            raise PortError(f"--out {o} exists and is not empty (pass --force to replace it)")
+        if o.exists() and (not o.is_dir() or any(o.iterdir())):
+            if not force:
+                raise PortError(f"--out {o} exists and is not empty (pass --force to replace it)")
+            if not (o / "baseline.py").is_file():  # checked before the port runs, not after
+                raise PortError(f"--out {o} is not a task folder (no baseline.py): --force only replaces task folders")
     if optimize and out is None:
         raise PortError("--optimize needs --out DIR (the task folder the loop optimises)")
     doc: dict = {"source": str(spec.source), "name": spec.name, "kind": spec.kind, "agent": jax is None}
@@ -109,8 +112,6 @@ def run_port(source: str, args: list[str], *, kind: str | None = None, gens: lis
         from maxkernel.port.check import PortReport
 
         progress(f"making the task folder {out}")
-        if force and Path(out).is_dir() and not (Path(out) / "baseline.py").is_file() and any(Path(out).iterdir()):
-            raise PortError(f"--out {out} is not a task folder (no baseline.py): --force only replaces task folders")
         try:
             task = make_folder(spec, PortReport(**report), port_file, function, out, force=force,
                                progress=lambda m: progress(f"  {m}"))
@@ -121,14 +122,18 @@ def run_port(source: str, args: list[str], *, kind: str | None = None, gens: lis
             shutil.copyfile(port_file, Path(out) / "port" / "jax_port.py")
     doc["optimize"] = None
     if optimize and doc["task"] and doc["task"]["ok"]:
-        from maxkernel.optimize import run_optimize
+        from maxkernel.optimize import OptimizeError, run_optimize
 
         progress("optimising the ported task's Pallas kernel")
-        doc["optimize"] = run_optimize(str(Path(out).resolve()), model=model, progress=progress)
+        try:
+            doc["optimize"] = run_optimize(str(Path(out).resolve()), model=model, progress=progress)
+        except OptimizeError as exc:  # the port and its task stand; say why the loop did not start
+            doc["optimize"] = {"status": "error", "error": str(exc), "verdict": None}
     verdict = (doc["optimize"] or {}).get("verdict") or {}
     doc["summary"] = report.get("summary", "") + (
         f"; task {doc['task']['path']}" if doc["task"] and doc["task"]["ok"] else
         (f"; task refused: {doc['task']['reason']}" if doc["task"] else "")) + (
         f"; Pallas kernel: {verdict.get('status', doc['optimize'].get('status')).upper()}"
+        + (f" ({doc['optimize']['error']})" if doc["optimize"].get("error") else "")
         + (f" ({verdict.get('reason')})" if verdict.get("reason") else "") if doc["optimize"] else "")
     return doc

@@ -37,3 +37,19 @@ def test_port_then_optimize_reports_both_verdicts(tmp_path):
     assert len(doc["port"]["seeds"]) == 2  # --seeds reaches the harness's check in the agent path too
     assert doc["optimize"]["status"] == "correct" and doc["optimize"]["verdict"]["status"] == "correct"
     assert "EQUIVALENT" in doc["summary"] and "Pallas kernel: CORRECT" in doc["summary"]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_an_optimize_that_cannot_start_keeps_the_port_and_exits_1(tmp_path):
+    """The replay model has no recording for a folder named `rms`: the proven port and its task are still
+    reported, with why the loop did not start, instead of an internal error that loses them."""
+    need_module("torch", extra="port")
+    port = Path(__file__).parents[1] / "maxkernel" / "agents" / "replay" / "kernels" / "port_rmsnorm_module_v2.py"
+    out = tmp_path / "rms"
+    r = _run(tmp_path, "--from", f"{SOURCES / 'rmsnorm_module.py'}:RMSNorm", *RMSNORM, "--jax", f"{port}:rmsnorm",
+             "--seeds", "1", "--model", "replay", "--out", str(out), "--optimize", "--json")
+    assert r.returncode == 1, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["equivalent"] and doc["task"]["ok"] and (out / "baseline.py").is_file()
+    assert doc["optimize"]["status"] == "error" and "recordings only for" in doc["optimize"]["error"]

@@ -72,5 +72,5 @@ def port(source, kind, args, gens, init, dims, static, smoke, oracle, jax_port, 
     except PortError as exc:
         raise UsageError(str(exc)) from None
     emit(as_json, doc, doc["summary"])
-    if not doc["equivalent"] or (doc["task"] and not doc["task"]["ok"]):
+    if not doc["equivalent"] or (doc["task"] and not doc["task"]["ok"]) or (doc["optimize"] or {}).get("error"):
         raise click.exceptions.Exit(1)

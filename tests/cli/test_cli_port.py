@@ -118,3 +118,15 @@ def test_a_checked_port_that_is_wrong_exits_1_with_the_location(tmp_path):
     doc = json.loads(r.stdout)
     assert not doc["equivalent"] and doc["task"] is None and not (tmp_path / "t").exists()
     assert doc["port"]["mismatch"]["worst_index"] and doc["port"]["mismatch"]["seed"] in doc["port"]["seeds"]
+
+
+@pytest.mark.unit
+def test_force_over_a_folder_that_is_not_a_task_is_refused_before_any_work(tmp_path, capsys):
+    need_module("torch", extra="port")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "keep.txt").write_text("mine")
+    code = main(["port", "--from", str(SOURCES / "fused_attention.py"), "--arg", "f32[8]", "--out",
+                 str(tmp_path / "notes"), "--force"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "not a task folder" in err[-1] and "describing" not in "\n".join(err)
+    assert (tmp_path / "notes" / "keep.txt").read_text() == "mine"
