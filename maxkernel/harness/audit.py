@@ -252,13 +252,16 @@ def kernel_flops(body, ctx, ir):
     funcs = [op for op in g.top if op.name == "func.func"]
     # Index-map funcs have no iteration_bounds; if several funcs claim a grid, credit the smallest.
     entries = [f for f in funcs if f.attr("iteration_bounds") is not None] or funcs
-    light, heavy = [0], [0]
+    light, heavy, facts = [0], [0], []
     for f in entries:
-        grid = math.prod(b if b >= 0 else 1 for b in int_list((f.attr("iteration_bounds") or "").partition(":")[2]))
+        bounds = int_list((f.attr("iteration_bounds") or "").partition(":")[2])
+        grid = math.prod(b if b >= 0 else 1 for b in bounds)
         body_ops = [op for _, ops in (f.regions[0] if f.regions else []) for op in ops]
         light.append(grid * mosaic_cost(g, body_ops, live, False))
         heavy.append(grid * mosaic_cost(g, body_ops, live, True))
-    return min(light[1:] or light), max(heavy)
+        blocks = [int_list(w) for w in re.findall(r"window_bounds = array<i64(?::\s*([^>]*))?>", f.attr("window_params") or "")]
+        facts.append({"name": (f.attr("sym_name") or "").strip('"'), "grid": bounds, "blocks": blocks})
+    return min(light[1:] or light), max(heavy), facts
 
 
 # ---- outside Pallas: the StableHLO around the custom calls -------------------------------------------
@@ -288,7 +291,13 @@ class Census:
             raise ValueError("a Mosaic body is over 16 MiB")
         if body not in self.kernel_memo:
             self.kernel_memo[body] = kernel_flops(base64.b64decode(body, validate=True), self.ctx, self.ir)
-        return self.kernel_memo[body]
+        return self.kernel_memo[body][:2]
+
+    def kernel_facts(self, op):
+        """Name, grid and block shapes of each entry func of the Mosaic module a custom call carries."""
+        self.kernel(op)
+        body = json.loads(self.ir.StringAttr(op.ir.attributes["backend_config"]).value_bytes)["custom_call_config"]["body"]
+        return self.kernel_memo[body][2]
 
     def func_cost(self, func):  # a callee counts as if inlined at each call, computed once
         if func in self.busy:
@@ -402,7 +411,12 @@ def audit(text):
     census.live = liveness(g, roots, census.callee_of)
     flops, contraction, light, heavy, _ = census.func_cost(main)
     total = light + flops
+    kernels = [k for op, t in zip(calls, targets) if t == "tpu_custom_call" for k in census.kernel_facts(op)]
     return {
+        # What the candidate's own trace must agree with (integrity.lowering_disagrees): every kernel, live or dead,
+        # and the program's signature, which the judge holds against the task's inputs and outputs.
+        "kernels": kernels,
+        "signature": signature(main.attr("function_type") or ""),
         "pallas_calls": len(census.pallas),
         "dead_pallas_calls": sum(t == "tpu_custom_call" and op not in census.live for op, t in zip(calls, targets)),
         "pallas_flops": light,
@@ -416,6 +430,18 @@ def audit(text):
         "total_flops": total,
         "pallas_share": round(light / total if total else 1.0 if census.pallas else 0.0, 4),
     }
+
+
+def signature(function_type: str) -> dict:
+    """{"inputs": [[dims..., dtype]...], "outputs": [...]} of an MLIR function type such as
+    "(tensor<256x512xbf16>) -> tensor<256x384xbf16>"."""
+    args, _, results = function_type.partition(") -> ")
+
+    def tensors(text):
+        return [[*(int(d) for d in dims.split("x") if d), dtype]
+                for dims, dtype in re.findall(r"tensor<((?:\d+x)*)([^,>]+)", text)]
+
+    return {"inputs": tensors(args), "outputs": tensors(results)}
 
 
 def audit_or_error(text, box):

@@ -18,13 +18,16 @@ import sys
 import traceback
 from pathlib import Path
 
-__all__ = ["run", "load_kernel", "interpret_context", "headline", "record_race_states", "normalised_jaxpr"]
-
-MAX_TIMED_SAVES = 3  # timed repetitions whose outputs differ from the checked run are shipped for comparison
+__all__ = ["run", "load_kernel", "job_guard", "interpret_context", "headline", "record_race_states", "normalised_jaxpr"]
 
 
-def load_kernel(path: Path):
-    """Import a kernel file under a name unique to its path and content; it must define workload()."""
+
+def load_kernel(path: Path, guard=None):
+    """Import a kernel file under a name unique to its path and content; it must define workload().
+
+    guard: None in a trusted process. In a sandboxed job, the scratch folder (True: the kernel's own folder): the
+    audit hook of harness/guard.py is armed just before the kernel's first line runs, and stays for the process.
+    """
     data = Path(path).read_bytes()
     name = "_maxkernel_kernel_" + hashlib.sha256(data + str(path).encode()).hexdigest()[:16]
     if name in sys.modules:
@@ -33,7 +36,14 @@ def load_kernel(path: Path):
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # registered first: dataclasses in the kernel look their module up by name
     try:
-        spec.loader.exec_module(module)
+        if guard is None or guard is False:
+            spec.loader.exec_module(module)
+        else:  # compiled here, from the bytes just read: the guard allows the exec of exactly this code object
+            from maxkernel.harness import guard as _guard
+
+            code = compile(data, str(path), "exec", dont_inherit=True)
+            _guard.arm(Path(path), Path(path).parent if guard is True else Path(guard), code=code, module=module)
+            exec(code, module.__dict__)
     except BaseException:
         sys.modules.pop(name, None)
         raise
@@ -41,6 +51,15 @@ def load_kernel(path: Path):
         sys.modules.pop(name, None)
         raise AttributeError(f"{Path(path).name} does not define workload(*inputs)")
     return module
+
+
+def job_guard(job: dict, scratch: Path) -> Path | None:
+    """The scratch folder to arm the audit hook with (harness/guard.py) for a job that imports a kernel, or None:
+    only inside a sandboxed worker (the hook cannot be removed, so never in a process that goes on to do other
+    work, such as a test calling a job in-process) and unless the job turns it off (tests of the layers behind)."""
+    worker = sys.modules.get("__main__")
+    in_worker = getattr(worker, "__spec__", None) is not None and worker.__spec__.name == "maxkernel.harness.worker"
+    return Path(scratch) if in_worker and job.get("guard", True) else None
 
 
 def interpret_context(backend: str, detect_races: bool = False, params=None):
@@ -96,12 +115,12 @@ def _watched() -> list:
     import jax
     import numpy as np
 
-    from maxkernel.harness import arrays, timers
+    from maxkernel.harness import arrays, checksize, integrity, timers
 
     mods = [sys.modules.get(n) for n in ("__main__", __name__, "maxkernel.harness.worker", "maxkernel.harness.device_timing")]
     return [m for m in mods if m is not None] + [
         jax, jax.tree_util, jax.stages.Compiled, jax.stages.Traced, jax.stages.Lowered, jax.stages.Wrapped,
-        type(jax.numpy.zeros(())), arrays, timers, np, hashlib, json]
+        type(jax.numpy.zeros(())), arrays, timers, np, hashlib, json, integrity, checksize]
 
 
 def snapshot() -> dict:
@@ -122,27 +141,21 @@ def rebound(before: dict) -> list[str]:
     return sorted(f"{owner}.{name}" for owner, name in changed)
 
 
-def _digest(leaves) -> str:
-    import numpy as np
-
-    h = hashlib.sha256()
-    for x in leaves:
-        a = np.asarray(x)
-        h.update(str(a.dtype).encode() + str(a.shape).encode())
-        h.update(np.ascontiguousarray(a).view(np.uint8).data)
-    return h.hexdigest()
-
-
 def run(job: dict, scratch: Path) -> dict:
     """job: {task, size, inputs (how many sets), kernel (file name in scratch), tunables, reps, time_budget_s,
-    detect_races, watch}. The inputs_<i>.npz files arrive in `scratch` once the kernel is compiled."""
+    detect_races, watch, check ({size, dims}: the second size the parent drew, or None), timing_inputs (how many
+    sets the timed calls run on), fingerprint_chip}. The inputs_<i>.npz files (and check_inputs.npz) arrive in
+    `scratch` once the kernel is compiled; timing_inputs_<j>.npz only when the parent says to time."""
     import jax
 
     from maxkernel.harness import timers
     from maxkernel.harness.arrays import load_arrays, save_arrays
+    from maxkernel.harness.checksize import inject
     from maxkernel.harness.handoff import INPUTS_READY, TIME_GO, wait_for
-    from maxkernel.harness.integrity import census
+    from maxkernel.harness.integrity import census, fingerprint, pallas_kernels
     from maxkernel.tasks import load_task
+
+    from maxkernel import chips
 
     # -- everything the candidate could want to steer is decided here, before its import -------------------------
     clock, mono = timers.TIMERS["perf_counter"], timers.TIMERS["monotonic"]
@@ -153,11 +166,20 @@ def run(job: dict, scratch: Path) -> dict:
     races = bool(job.get("detect_races", False)) and backend == "cpu"
     tunables = dict(job.get("tunables") or {})
     kernel_file = scratch / str(job["kernel"])
-    n_inputs = int(job["inputs"])
+    n_inputs, n_timing = int(job["inputs"]), int(job.get("timing_inputs") or 0)
+    check = job.get("check") or None
+    if check:
+        inject(task.module, check["size"], check["dims"])
     # Shapes only: the inputs themselves arrive after the kernel is imported and compiled (the judge's process
     # makes them from seeds this process never sees), so nothing in the import can read or precompute from them.
-    structs = jax.eval_shape(lambda: task.create_inputs(size=job["size"], seed=0))
-    expected = [(list(x.shape), str(x.dtype)) for x in jax.tree_util.tree_leaves(jax.eval_shape(task.module.workload, *structs))]
+    def shapes(size):
+        structs = jax.eval_shape(lambda: task.create_inputs(size=size, seed=0))
+        outs = jax.tree_util.tree_leaves(jax.eval_shape(task.module.workload, *structs))
+        return structs, [(list(x.shape), str(x.dtype)) for x in outs]
+
+    structs, expected = shapes(job["size"])
+    check_structs, check_expected = shapes(check["size"]) if check else (None, None)
+    fp_chip = chips.get(str(job.get("fingerprint_chip") or "v5e"))
     params = None
     if backend == "cpu":
         from jax.experimental.pallas import tpu as pltpu
@@ -167,30 +189,46 @@ def run(job: dict, scratch: Path) -> dict:
     watched = snapshot() if job.get("watch", True) else None
 
     try:
-        module = load_kernel(kernel_file)
+        module = load_kernel(kernel_file, guard=job_guard(job, scratch))
     except BaseException as exc:  # noqa: BLE001
         return _fail("import", exc, backend=backend)
 
     def kernel(*args):  # named so its module is jit_kernel in a device profile
         return module.workload(*args, **tunables)
 
-    t0 = clock()
-    from maxkernel import chips
-
-    try:  # traced twice: as a v5e sees it (for the census) and under the interpreter (to run on a CPU)
-        with chips.trace_context(chips.get("v5e")) if backend == "cpu" else contextlib.nullcontext():
-            plain = jax.jit(kernel).trace(*structs)
+    def traces(at, chip):  # as the chip sees it (census, lowering, fingerprint) and under the interpreter (to run)
+        with chips.trace_context(chip) if backend == "cpu" else contextlib.nullcontext():
+            plain = jax.jit(kernel).trace(*at)
         with interpret_context(backend, races, params):
-            traced = jax.jit(kernel).trace(*structs) if backend == "cpu" else plain
+            return plain, (jax.jit(kernel).trace(*at) if backend == "cpu" else plain)
+
+    t0 = clock()
+    try:
+        plain, traced = traces(structs, chips.get("v5e"))
     except BaseException as exc:  # noqa: BLE001
         return _fail("trace", exc, backend=backend)
-    problem = _output_problem(plain.out_info, expected)
-    if problem:
-        return {"status": "bad_output", "backend": backend, "error": problem}
-    if traced is not plain and normalised_jaxpr(plain.jaxpr) != normalised_jaxpr(traced.jaxpr):
-        return {"status": "bad_trace", "backend": backend,
-                "error": "the kernel traced to a different program the second time (the census must see what runs)"}
+    plain_c = traced_c = check_error = None
+    if check:  # a kernel that cannot run at the drawn size fails that check (after the census has had its say)
+        try:
+            plain_c, traced_c = traces(check_structs, fp_chip)
+        except BaseException as exc:  # noqa: BLE001
+            check_error = headline(exc)
+    for p, t, want, at in ((plain, traced, expected, ""), (plain_c, traced_c, check_expected, " at the check size")):
+        if p is None:
+            continue
+        problem = _output_problem(p.out_info, want)
+        if problem:
+            return {"status": "bad_output", "backend": backend, "error": problem + at}
+        if t is not p and normalised_jaxpr(p.jaxpr) != normalised_jaxpr(t.jaxpr):
+            return {"status": "bad_trace", "backend": backend,
+                    "error": "the kernel traced to a different program the second time (the census must see what runs)"}
     counted = census(plain.jaxpr).as_dict()
+    kernels = pallas_kernels(plain.jaxpr)
+    if plain_c is not None and fp_chip.name != "v5e":
+        fp_checked = fingerprint(traces(structs, fp_chip)[0].jaxpr)
+    else:
+        fp_checked = fingerprint(plain.jaxpr)
+    fingerprints = {"checked": fp_checked, "check": fingerprint(plain_c.jaxpr) if plain_c is not None else None}
     lowered_tpu = export_error = None
     try:  # lowered in the v5e context it was traced in: Mosaic asks the chip for its tiling
         lowered_tpu = plain.lower(lowering_platforms=("tpu",)).as_text()
@@ -202,6 +240,13 @@ def run(job: dict, scratch: Path) -> dict:
             compiled = traced.lower().compile()
     except BaseException as exc:  # noqa: BLE001
         return _fail("compile", exc, backend=backend, census=counted)
+    compiled_c = None
+    if traced_c is not None:
+        try:
+            with interpret_context(backend, races, params):
+                compiled_c = traced_c.lower().compile()
+        except BaseException as exc:  # noqa: BLE001
+            check_error = headline(exc)
     compile_s = clock() - t0
 
     ready = wait_for(scratch, INPUTS_READY)
@@ -209,7 +254,7 @@ def run(job: dict, scratch: Path) -> dict:
         return {"status": "error", "stage": "sandbox", "error": "the harness gave up before the inputs arrived"}
     inputs = [tuple(jax.device_put(x) for x in load_arrays(scratch / f"inputs_{i}.npz")) for i in range(n_inputs)]
     first = inputs[0]
-    outputs, run_ms, digests = [], [], []
+    outputs, run_ms = [], []
     for i, args in enumerate(inputs):
         try:
             t1 = clock()
@@ -220,14 +265,26 @@ def run(job: dict, scratch: Path) -> dict:
         host = [jax.device_get(x) for x in leaves]
         save_arrays(scratch / f"out_{i}.npz", host)
         outputs.append(f"out_{i}.npz")
-        digests.append(_digest(host))
+    check_output = None
+    if compiled_c is not None:  # the drawn second size: one input set, its reductions at (nearly) full length
+        try:
+            args = tuple(jax.device_put(x) for x in load_arrays(scratch / "check_inputs.npz"))
+            t1 = clock()
+            leaves = jax.tree_util.tree_leaves(block(compiled_c(*args)))
+            run_ms.append((clock() - t1) * 1e3)
+            save_arrays(scratch / "check_out.npz", [jax.device_get(x) for x in leaves])
+            check_output = "check_out.npz"
+        except BaseException as exc:  # noqa: BLE001
+            check_error = headline(exc)
 
     found = any(getattr(r, "races_found", False) for r in race_states) if race_states is not None else None
     timing = {"kernel_ms": [], "source": "wall", "window": None, "reps": []}
     if reps > 0 and wait_for(scratch, TIME_GO).get("abort"):  # timed only once the judge's process is idle
         return {"status": "error", "stage": "sandbox", "error": "the harness gave up before the timing"}
-    if reps > 0:
-        timing.update(_time(compiled, inputs, digests, reps, budget, clock, mono, block, scratch))
+    if reps > 0 and n_timing > 0:
+        # Timed on input sets handed over only now, one per call: a memo of anything seen before answers wrong.
+        fresh = [tuple(jax.device_put(x) for x in load_arrays(scratch / f"timing_inputs_{j}.npz")) for j in range(n_timing)]
+        timing.update(_time(compiled, first, fresh, reps, budget, clock, mono, block, scratch))
         if backend != "cpu":  # on an accelerator, prefer the device's own times from a profile
             from maxkernel.harness.device_timing import device_samples
 
@@ -240,39 +297,38 @@ def run(job: dict, scratch: Path) -> dict:
     replaced = timers.replaced_timers() + (["jax.block_until_ready"] if jax.block_until_ready is not block else [])
     if watched is not None:
         replaced += [name for name in rebound(watched) if name not in replaced]
-    return {"status": "ran", "backend": backend, "census": counted, "outputs": outputs, "compile_s": compile_s,
-            "run_ms": run_ms, "timing": timing, "races": found, "timers_replaced": replaced,
+    return {"status": "ran", "backend": backend, "census": counted, "kernels": kernels, "fingerprints": fingerprints,
+            "outputs": outputs, "check_output": check_output, "check_error": check_error, "compile_s": compile_s,
+            "run_ms": run_ms,
+            "timing": timing, "races": found, "timers_replaced": replaced,
             "lowered_tpu": "lowered_tpu.mlir" if lowered_tpu else None, "export_error": export_error}
 
 
-def _time(compiled, inputs, digests, reps, budget, clock, mono, block, scratch) -> dict:
-    """Back-to-back timed calls rotating over every input set; afterwards each call's outputs are hashed, and
-    shipped when they differ from the checked run. Back to back, so the loop's span bounds the samples' sum."""
+def _time(compiled, warm, fresh, reps, budget, clock, mono, block, scratch) -> dict:
+    """Back-to-back timed calls, each on its own input set (one the kernel has not seen before the call); every
+    call's outputs are shipped afterwards for the judge's references. Back to back, so the loop's span bounds the
+    samples' sum."""
     import jax
 
     from maxkernel.harness.arrays import save_arrays
 
-    block(compiled(*inputs[0]))  # warm-up
+    block(compiled(*warm))  # warm-up, on a checked input set
     samples, kept = [], []
+    n = min(reps, len(fresh))
     start = mono()
     deadline = clock() + budget
-    while len(samples) < reps and (clock() < deadline or len(samples) < 3):
-        i = len(samples) % len(inputs)
+    while len(samples) < n and (clock() < deadline or len(samples) < min(3, n)):
+        i = len(samples)
         t0 = clock()
-        out = block(compiled(*inputs[i]))
+        out = block(compiled(*fresh[i]))
         samples.append((clock() - t0) * 1e3)
         kept.append((i, out))
     end = mono()
-    checks, saved = [], 0
+    checks = []
     for k, (i, out) in enumerate(kept):
-        host = [jax.device_get(x) for x in jax.tree_util.tree_leaves(out)]
-        same = _digest(host) == digests[i]
-        entry = {"input": i, "same_as_checked": same, "file": None}
-        if not same and saved < MAX_TIMED_SAVES:
-            entry["file"] = f"timed_{k}.npz"
-            save_arrays(scratch / entry["file"], host)
-            saved += 1
-        checks.append(entry)
+        name = f"timed_{k}.npz"
+        save_arrays(scratch / name, [jax.device_get(x) for x in jax.tree_util.tree_leaves(out)])
+        checks.append({"input": i, "same_as_checked": False, "file": name})
     return {"kernel_ms": samples, "window": [start, end], "reps": checks}
 
 

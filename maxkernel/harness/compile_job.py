@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from maxkernel import chips as chips_mod
-from maxkernel.harness.candidate_job import load_kernel
+from maxkernel.harness.candidate_job import job_guard, load_kernel
 from maxkernel.tasks import load_task
 from maxkernel.harness.hints import diagnose
 
@@ -44,7 +44,7 @@ def run(job: dict, scratch: Path) -> dict:
     # Shapes only: full-size inputs are never allocated.
     structs = jax.eval_shape(lambda: task.create_inputs(size=size, seed=0))
     try:
-        module = load_kernel(kernel_path)
+        module = load_kernel(kernel_path, guard=job_guard(job, scratch))
         fn = module.workload
         if job.get("tunables"):
             fn = functools.partial(fn, **job["tunables"])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from maxkernel import chips
 from maxkernel.tasks import load_task
-from maxkernel.harness.candidate_job import load_kernel
+from maxkernel.harness.candidate_job import job_guard, load_kernel
 from maxkernel.harness import compile_job as _compile_job
 
 __all__ = ["run", "estimate_vmem", "PROGRESS_FILE"]
@@ -71,7 +71,7 @@ def _prune_by_estimate(job: dict, config: dict, chip_name: str, scratch: Path) -
         import jax
 
         structs = jax.eval_shape(lambda: task.create_inputs(size=job.get("size", "full"), seed=0))
-        module = load_kernel(scratch / job["kernel"])
+        module = load_kernel(scratch / job["kernel"], guard=job_guard(job, scratch))
         est = estimate_vmem(functools.partial(module.workload, **config), structs, chip)
     except Exception:  # noqa: BLE001  (the real compile below reports the error properly)
         return None
@@ -95,7 +95,7 @@ def run(job: dict, scratch: Path) -> dict:
     for config in job.get("configs") or [{}]:
         for chip in job["chips"]:
             one = {"task": job["task"], "kernel": job["kernel"], "chip": chip, "size": job.get("size", "full"),
-                   "tunables": config}
+                   "tunables": config, "guard": job.get("guard", True)}
             try:
                 res = (_prune_by_estimate(job, config, chip, scratch) if config else None) or _compile_job.run(one, scratch)
             except Exception as exc:  # noqa: BLE001  (a usage error for one entry is reported, not fatal)

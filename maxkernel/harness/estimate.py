@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from maxkernel import chips
 from maxkernel.harness.estimate_job import libtpu_version, task_dims
+from maxkernel.harness.guard import jobs_guarded
 from maxkernel.settings import get_settings
 
 __all__ = ["ProgramEstimate", "Estimate", "estimate", "estimate_program", "METHOD", "LABEL", "METHOD_VERSION",
@@ -230,7 +231,7 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
            "size": size, "tunables": tunables or {}, "dims_order": dims_order, "libtpu_flags": flags,
            "budget": {"flops": settings.estimate_max_gflop * 1e9, "bytes": settings.estimate_max_mb * 2**20,
                       "tiles": KERNEL_TILES, "min_share": KERNEL_MIN_SHARE,
-                      "full_bytes": full_bytes}}
+                      "full_bytes": full_bytes}, "guard": jobs_guarded()}
     files = dict(task_files)
     if kernel:
         files["kernel.py"] = Path(kernel).read_bytes()
@@ -378,7 +379,8 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
            "clock_hz": clock, "hbm_bytes": hbm_bytes, "hbm_bytes_source": "block specs and grid"
            if spec_bytes is not None and spec_bytes >= io_bytes else "inputs and outputs",
            "flops": flops, "rejected_dims": plan.get("rejected", {}),
-           "pallas_calls": [{k: c[k] for k in ("name", "grid", "parallel")} for c in facts["pallas_calls"]]}
+           "pallas_calls": [{k: c[k] for k in ("name", "grid", "parallel")} for c in facts["pallas_calls"]],
+           "fingerprints": plan.get("fingerprints") or []}
     return ProgramEstimate(**{**base, "ok": True}, estimated_ms=estimated, bound=bound,
                            floors={"compute_ms": compute_ms, "memory_ms": memory_ms},
                            static_cycles_ms=raw_full / clock * 1e3, fraction_of_roofline=top / estimated if top else None,

@@ -274,6 +274,10 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
         return _tiles(facts_at[_key(dims)]) <= budget["tiles"] or share <= budget.get("min_share", 0.0)
 
     facts_at = {_key(cur): facts_full}
+    from maxkernel.harness.integrity import fingerprint
+
+    # What is priced, size by size, for the verdict to hold against the program it checked (evaluate._with_estimate).
+    prints_at = {_key(cur): fingerprint(closed_full)} if is_kernel else {}
     while not small_enough(cur):
         moved = False
         for d in sorted(usable, key=lambda n: -cur[n]):
@@ -284,7 +288,7 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
                     continue
                 trial = {**cur, d: cur[d] // factor}
                 try:
-                    facts, _ = _signature(fn, _structs_at(task, trial, base_size), chip)
+                    facts, closed = _signature(fn, _structs_at(task, trial, base_size), chip)
                 except Exception as exc:  # noqa: BLE001  (the program refuses the shape: try another factor)
                     why = f"{type(exc).__name__}: {str(exc)[:160]}"
                     continue
@@ -293,6 +297,8 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
                     continue
                 cur = trial
                 facts_at[_key(cur)] = facts
+                if is_kernel:
+                    prints_at[_key(cur)] = fingerprint(closed)
                 chain.append(dict(cur))
                 moved = True
                 break
@@ -313,7 +319,17 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
             "points": [{"dims": p, "x": ratio(p), "tiles": _tiles(facts_at[_key(p)]) if is_kernel else None,
                         "work": work(p)} for p in ladder],
             "reached_budget": work(cur) <= _HARD_FACTOR, "rejected": rejected, "full_facts": facts_full,
+            "fingerprints": _distinct([prints_at[_key(full_dims)]] + [prints_at[_key(p)] for p in ladder
+                                                                     if _key(p) in prints_at]) if is_kernel else [],
             "full_jaxpr": closed_full}
+
+
+def _distinct(items: list[dict]) -> list[dict]:
+    out = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out
 
 
 def linear(points: list[dict], tolerance: float = 0.05) -> bool:
@@ -344,7 +360,7 @@ def run(job: dict, scratch: Path) -> dict:
 
     from maxkernel import chips as chips_mod
     from maxkernel.harness import compile_job
-    from maxkernel.harness.candidate_job import load_kernel
+    from maxkernel.harness.candidate_job import job_guard, load_kernel
     from maxkernel.harness.hints import hint_for
     from maxkernel.tasks import load_task
 
@@ -355,7 +371,7 @@ def run(job: dict, scratch: Path) -> dict:
     is_kernel = bool(job.get("kernel"))
     try:
         if is_kernel:
-            fn = load_kernel(Path(scratch) / job["kernel"]).workload
+            fn = load_kernel(Path(scratch) / job["kernel"], guard=job_guard(job, scratch)).workload
             if job.get("tunables"):
                 fn = functools.partial(fn, **job["tunables"])
         else:

@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from maxkernel.harness.arrays import load_arrays
 from maxkernel.harness.copyout import CopyOutError, open_regular, read_bytes
-from maxkernel.harness.integrity import Census, judge, judge_lowering
+from maxkernel.harness.guard import jobs_guarded
+from maxkernel.harness.integrity import Census, judge, judge_lowering, lowering_disagrees
 from maxkernel.harness.judge_pair import JudgePair
 from maxkernel.harness.numerics import compare, fro_tolerance
 from maxkernel.harness.reference_job import MAX_LOWERED_BYTES
@@ -28,6 +29,7 @@ from maxkernel.tasks import Task, load_task
 __all__ = ["Evaluator", "evaluate", "shared_evaluator", "HarnessError", "MAX_PLAUSIBLE_SPEEDUP", "draw_seeds"]
 
 MAX_PLAUSIBLE_SPEEDUP = 10.0
+MAX_TIMED_SETS = 8  # timed calls per verdict, each on an input set of its own that the kernel sees only then
 CPU_TIMING_LABEL = ("CPU wall time: the Pallas TPU interpreter against XLA:CPU; says nothing about TPU "
                     "kernel performance")
 _CLOCK_SLACK_MS = 5.0  # rounding between the two processes' reads of one monotonic clock
@@ -46,17 +48,20 @@ def draw_seeds(n: int) -> list[int]:
 class Evaluator:
     """Judges candidate kernels. Reuse one Evaluator (and its pool) for many evaluations.
 
-    Two guards stop a kernel from reaching into the harness from inside its own process: the source allow-list
-    (`static_check`, before the import) and the watch on the functions the harness relies on (`watch`, after the
-    import and the run). Only tests turn them off, to prove the layers behind them on their own.
+    Three guards stop a kernel from reaching into the harness from inside its own process: the source allow-list
+    (`static_check`, before the import), the audit hooks armed before the import (`guard`, harness/guard.py) and
+    the watch on the functions the harness relies on (`watch`, after the import and the run). Only tests turn them
+    off, to prove the layers behind them on their own.
     """
 
-    def __init__(self, pool: WorkerPool | None = None, *, static_check: bool = True, watch: bool = True):
+    def __init__(self, pool: WorkerPool | None = None, *, static_check: bool = True, watch: bool = True,
+                 guard: bool = True):
         self.settings = get_settings()
         self._own_pool = pool is None
         self.pool = pool or WorkerPool()
         self.static_check = static_check
         self.watch = watch
+        self.guard = guard
         self._meta: dict = {}
 
     def close(self) -> None:
@@ -129,7 +134,7 @@ class Evaluator:
         full = "full" + (size[size.index("@"):] if "@" in size else "")  # the estimate is at full size, per config
         est = tpu_estimate(str(task_obj.path if task_obj.source != "jaxbench" else task_obj.name), str(kernel),
                            settings.chip, full if full in task_obj.sizes else size, tunables)
-        return verdict.model_copy(update={"estimate": est.model_dump(exclude={"kernel", "baseline"})})
+        return _with_estimate(verdict, est)
 
     def _judge(self, task: str | Task, kernel: str | Path, *, size: str, seeds: list[int] | None,
                timeout: float | None, reps: int | None, tunables: dict | None, detect_races: bool,
@@ -143,7 +148,13 @@ class Evaluator:
             raise ValueError(f"task {task.name} has no size {size!r} (has {', '.join(task.sizes)})")
         n = len(seeds) if seeds else self.settings.eval_seeds
         drawn = [int(s) for s in seeds] if (exact_seeds and seeds) else draw_seeds(n)
-        reps = 5 if reps is None else reps
+        reps = min(5 if reps is None else reps, MAX_TIMED_SETS)
+        from maxkernel.harness.checksize import draw as draw_check
+
+        check = draw_check(task, size)
+        if check:
+            check = {**check, "seed": draw_seeds(1)[0]}
+        timing_seeds = draw_seeds(reps) if reps > 0 else []
         source = kernel.read_bytes()
         base = dict(task=task.name, kernel_file=str(kernel), size=size, isolation=self.pool_isolation(),
                     passed_env=self.settings.sandbox_env_names,
@@ -163,15 +174,17 @@ class Evaluator:
         spec, task_files = task.for_job()
         job = {"kind": "candidate", "task": spec, "size": size, "inputs": len(drawn), "kernel": "kernel.py",
                "tunables": tunables or {}, "reps": reps, "time_budget_s": 2.0, "detect_races": detect_races,
-               "watch": self.watch}
+               "watch": self.watch, "guard": self.guard and jobs_guarded(), "timing_inputs": len(timing_seeds),
+               "check": {k: check[k] for k in ("size", "dims")} if check else None,
+               "fingerprint_chip": self.settings.chip}
         judge_job = {"kind": "reference", "task": spec, "size": size, "seeds": drawn, "reps": reps,
-                     "time_budget_s": 2.0, "wait": True}
+                     "time_budget_s": 2.0, "wait": True, "check": check, "timing_seeds": timing_seeds}
         pair = JudgePair(self.pool)
         t_sub = time.monotonic()
         pair.start("judge", judge_job, dict(task_files), None)
         pair.start("candidate", job, {"kernel.py": source, **task_files}, timeout or self.settings.eval_timeout_s)
         try:
-            ready = pair.hand_inputs(len(drawn))
+            ready = pair.hand_inputs(len(drawn), check=bool(check), timing=len(timing_seeds))
             res = pair.finish("candidate")
             window = (t_sub, time.monotonic())
             verdict = self._early(res, base)
@@ -202,7 +215,7 @@ class Evaluator:
         """The interpreter failed inside its own code: if the kernel compiles for a v5e, say it needs hardware."""
         spec, _ = task.for_job()
         job = {"kind": "compile", "task": spec, "kernel": "kernel.py", "chip": "v5e", "size": size,
-               "tunables": tunables or {}}
+               "tunables": tunables or {}, "guard": self.guard and jobs_guarded()}
         res = self.pool.run(job, {"kernel.py": source, **task_files})
         try:
             r = res.result if res.status == "ok" and isinstance(res.result, dict) else {}
@@ -296,14 +309,22 @@ class Evaluator:
         else:
             integrity.update(census_source="candidate_jaxpr",
                              lowering_error=(audit or {}).get("error") or r.get("export_error") or "not lowered")
-        common = dict(base, integrity=integrity, backend=r["backend"], compile_s=r.get("compile_s"))
+        # The backend is the judge's (the same pool, the same machine), never the candidate's word for it.
+        backend = meta.get("backend") or r["backend"]
+        common = dict(base, integrity=integrity, backend=backend, compile_s=r.get("compile_s"))
+        if r["backend"] != backend:
+            return Verdict(**common, status="rejected", stage="integrity",
+                           reason=f"the candidate's process says it ran on {r['backend']!r}; the judge beside it runs "
+                                  f"on {backend!r}: its report is not to be believed")
         if r.get("timers_replaced"):
             return Verdict(**common, status="rejected", stage="integrity",
                            reason="the kernel replaced functions the harness relies on while it runs and times it: "
                                   + ", ".join(r["timers_replaced"])[:1500])
+        integrity.update(fingerprints=r.get("fingerprints") or {}, kernels=r.get("kernels") or [])
         if integrity["census_source"] == "tpu_lowering":
-            why = judge_lowering(audit, meta)
-        elif r["backend"] == "cpu":
+            why = (_signature_problem(audit, meta) or lowering_disagrees(r.get("kernels") or [], audit.get("kernels") or [])
+                   or judge_lowering(audit, meta))
+        elif backend == "cpu":
             why = judge(Census.from_dict(r["census"]), meta.get("baseline_flops")) or (
                   f"the kernel does not lower for TPU ({integrity['lowering_error'][:300]}): the census that "
                   "decides runs on the TPU lowering, in a process that never imports the kernel")
@@ -319,11 +340,11 @@ class Evaluator:
         kernel = Timing.of(r["timing"]["kernel_ms"])
         speedup = baseline.median_ms / kernel.median_ms if baseline and kernel and kernel.median_ms > 0 else None
         flags = []
-        if r["backend"] == "cpu":
+        if backend == "cpu":
             flags.append("cpu_timing")
         if res.isolation != "bwrap":
             flags.append("degraded_sandbox")
-        if r["backend"] == "cpu":
+        if backend == "cpu":
             label = CPU_TIMING_LABEL
         elif r["timing"].get("source") == "device":
             label = f"{r['backend']} device time from the profiler (sum of the program's device ops per run)"
@@ -338,7 +359,7 @@ class Evaluator:
                            reason="; ".join(reasons)[:2000])
         unscorable = (_clock_problem("kernel", r["timing"], window)
                       or _clock_problem("baseline", {"kernel_ms": j["timing"]["baseline_ms"], **j["timing"]}, None)
-                      or _implausible(r["backend"], meta, kernel, speedup))
+                      or _implausible(backend, meta, kernel, speedup))
         if unscorable:
             return Verdict(**common, **timing, status="rejected", stage="timing",
                            reason=unscorable)
@@ -362,52 +383,145 @@ class Evaluator:
         fro_tols = [fro_tolerance(d, c.get("fro")) for d, c in zip(dtypes, calib)]
         refs = [load_arrays(_open(ref.scratch, f"ref_{i}.npz")) for i in range(len(seeds))]
 
-        def check(name: str, i: int) -> tuple[SeedCheck, list]:
-            outs, refused = [], ""
-            try:  # fixed names this harness chose, read without following links, size-capped
-                with open_regular(res.scratch, name) as f:
-                    outs = load_arrays(f)
-            except (CopyOutError, OSError, ValueError, KeyError) as exc:
-                refused = f" (its output file was refused: {exc})"
-            if len(outs) != len(refs[i]):
-                return SeedCheck(seed=seeds[i], ok=False, reason=f"{len(outs)} outputs, expected {len(refs[i])}{refused}"), []
-            ms = [compare(k, o, rr, dtypes[k], tols[k], fro_tols[k]) for k, (o, rr) in enumerate(zip(outs, refs[i]))]
-            bad = max(ms, key=lambda m: (not m.ok, m.rel_err / m.tolerance))
-            return SeedCheck(seed=seeds[i], ok=all(m.ok for m in ms), max_rel_err=max(m.rel_err for m in ms),
-                             fro_err=max(m.fro_err for m in ms), reason=bad.reason, bad_elements=bad.bad_elements,
-                             worst_index=list(bad.worst_index), worst_out=bad.worst_out, worst_ref=bad.worst_ref), ms
-
         checks, reasons = [], []
-        for i in range(len(seeds)):
-            c, _ = check(f"out_{i}.npz", i) if i < len(r["outputs"]) else (
-                SeedCheck(seed=seeds[i], ok=False, reason="no outputs"), [])
+        check_meta, check_row = meta.get("check"), None
+        if check_meta:  # the drawn second size: its own references and XLA's own error there
+            cal = check_meta.get("baseline_errors") or [{} for _ in dtypes]
+            c_refs = load_arrays(_open(ref.scratch, "check_ref.npz"))
+            c_fro = [fro_tolerance(d, c.get("fro")) for d, c in zip(dtypes, cal)]
+            check_row = self._seed_check(res, r.get("check_output"), "check_out.npz", c_refs, int(check_meta["seed"]),
+                                         dtypes, tols, c_fro)
+            if r.get("check_error"):
+                check_row = SeedCheck(seed=int(check_meta["seed"]), ok=False,
+                                      reason=f"the kernel fails there: {str(r['check_error'])[:1500]}")
+            if not check_row.ok:
+                dims = ", ".join(f"{k}={v}" for k, v in sorted(check_meta["dims"].items()))
+                reasons.append(f"at the check size ({dims}), seed {check_row.seed}: {check_row.reason}")
+        for i in range(len(seeds)):  # fixed names this harness chose, read without following links, size-capped
+            name = f"out_{i}.npz"
+            c = self._seed_check(res, name if name in r["outputs"] else None, name, refs[i], seeds[i], dtypes, tols,
+                                 fro_tols)
             checks.append(c)
             if not c.ok:
                 reasons.append(f"seed {seeds[i]}: {c.reason}")
         timed = []
+        timing_seeds = meta.get("timing_seeds") or []
         for k, rep in enumerate(r["timing"].get("reps") or []):
             i = int(rep["input"])
-            if not 0 <= i < len(seeds):
-                raise ValueError(f"timed repetition {k} names input {i}")
-            if rep["same_as_checked"]:
-                timed.append(TimedCheck(rep=k, input=i, checked="identical to the checked outputs", ok=True))
-                continue
+            if i != k or not 0 <= i < len(timing_seeds):  # each call on its own set, in order
+                raise ValueError(f"timed repetition {k} names input set {i}")
             if rep.get("file") != f"timed_{k}.npz":
-                timed.append(TimedCheck(rep=k, input=i, checked="differs; not shipped", ok=False))
-                reasons.append(f"timed repetition {k} returned outputs that differ from the checked run")
+                timed.append(TimedCheck(rep=k, input=i, checked="not shipped", ok=False))
+                reasons.append(f"timed repetition {k} did not hand over its outputs")
                 continue
-            c, _ = check(f"timed_{k}.npz", i)
-            timed.append(TimedCheck(rep=k, input=i, checked="differs; compared with the reference", ok=c.ok))
+            t_refs = load_arrays(_open(ref.scratch, f"timing_ref_{i}.npz"))
+            c = self._seed_check(res, rep["file"], rep["file"], t_refs, int(timing_seeds[i]), dtypes, tols, fro_tols)
+            timed.append(TimedCheck(rep=k, input=i, checked="fresh inputs; compared with the reference", ok=c.ok))
             if not c.ok:
-                reasons.append(f"timed repetition {k}: {c.reason}")
+                reasons.append(f"timed repetition {k} (inputs it had not seen): {c.reason}")
+        samples = len(r["timing"].get("kernel_ms") or [])
+        if len(r["timing"].get("reps") or []) != samples:  # a sample whose outputs nobody checked counts for nothing
+            reasons.append(f"the timing reports {samples} samples but hands over the outputs of "
+                           f"{len(r['timing'].get('reps') or [])} timed calls")
         finite = [c.max_rel_err for c in checks if c.max_rel_err is not None]
         fros = [c.fro_err for c in checks if c.fro_err is not None]
         correctness = Correctness(
             max_rel_err=max(finite) if len(finite) == len(checks) else float("inf"),
             tolerance=min(tols) if tols else None, max_fro_err=max(fros) if fros else None,
             fro_tolerance=min((t for t in fro_tols if t is not None), default=None),
-            baseline_errors=calib, seeds=seeds, seeds_drawn=drawn_how, per_seed=checks, timed=timed)
+            baseline_errors=calib, seeds=seeds, seeds_drawn=drawn_how, per_seed=checks, timed=timed,
+            check_size=dict(check_meta["dims"]) if check_meta else {}, check=check_row)
+        if check_row is not None and check_row.max_rel_err is not None and correctness.max_rel_err is not None:
+            # The worst error is over every set checked, the check size's included.
+            correctness = correctness.model_copy(update={
+                "max_rel_err": max(correctness.max_rel_err, check_row.max_rel_err),
+                "max_fro_err": max(correctness.max_fro_err or 0.0, check_row.fro_err or 0.0)})
         return correctness, reasons
+
+    @staticmethod
+    def _seed_check(res: SandboxResult, named: str | None, name: str, refs: list, seed: int, dtypes, tols,
+                    fro_tols) -> SeedCheck:
+        """One input set's outputs (the file this harness named, read without following links) against refs."""
+        outs, refused = [], ""
+        if named != name:
+            refused = " (no outputs handed over)" if named is None else f" (it named {named!r})"
+        else:
+            try:
+                with open_regular(res.scratch, name) as f:
+                    outs = load_arrays(f)
+            except (CopyOutError, OSError, ValueError, KeyError) as exc:
+                refused = f" (its output file was refused: {exc})"
+        if len(outs) != len(refs):
+            return SeedCheck(seed=seed, ok=False, reason=f"{len(outs)} outputs, expected {len(refs)}{refused}")
+        ms = [compare(k, o, rr, dtypes[k], tols[k], fro_tols[k]) for k, (o, rr) in enumerate(zip(outs, refs))]
+        bad = max(ms, key=lambda m: (not m.ok, m.rel_err / m.tolerance))
+        return SeedCheck(seed=seed, ok=all(m.ok for m in ms), max_rel_err=max(m.rel_err for m in ms),
+                         fro_err=max(m.fro_err for m in ms), reason=bad.reason, bad_elements=bad.bad_elements,
+                         worst_index=list(bad.worst_index), worst_out=bad.worst_out, worst_ref=bad.worst_ref)
+
+
+ROOFLINE_CLAIM = 0.95  # an estimate this close to its floor, on a task whose XLA program stays well short of it
+
+
+def _with_estimate(verdict: Verdict, est) -> Verdict:
+    """Attach the TPU estimate, but only to the program that was checked: the kernels priced at full size (and at
+    every shrunk profiling size) must print the checked program's fingerprint (integrity.fingerprint), or the
+    estimate is withheld and the kernel is not ranked. An impossible estimated speedup is rejected as a measured
+    one is; a kernel estimated at its roofline floor where XLA's program is far from it is flagged."""
+    from maxkernel.harness.integrity import fingerprint_differs
+
+    data = est.model_dump(exclude={"kernel", "baseline"})
+    prints = verdict.integrity.get("fingerprints") or {}
+    checked = prints.get("check") or prints.get("checked")
+    priced = ((est.kernel.fit or {}).get("fingerprints") if est.kernel is not None else None) or []
+    flags = list(verdict.flags)
+    if est.ok:
+        why = None
+        if not checked or not priced:
+            why = "the priced program's fingerprint is missing, so it cannot be tied to the checked one"
+        else:
+            for fp in priced:
+                why = why or fingerprint_differs(checked, fp)
+        if why:
+            flags.append("size_dependent_program")
+            return verdict.model_copy(update={"flags": flags, "estimate": {
+                "ok": False, "stage": "program", "chip": est.chip, "size": est.size, "label": est.label,
+                "error": f"not estimated: the program priced at {est.size} size is not the program whose outputs were "
+                         f"checked ({why}); a kernel that changes with the size is not ranked",
+                "summary": f"No TPU estimate: the program changes with the size ({why})."}})
+        speedup = est.speedup_estimate
+        if speedup is not None and speedup > MAX_PLAUSIBLE_SPEEDUP:
+            return verdict.model_copy(update={"estimate": data, "status": "rejected", "stage": "estimate",
+                                              "reason": f"{verdict.reason}; but an estimated {speedup:.0f}x TPU speedup "
+                                                        f"over XLA is beyond what a kernel can honestly gain here (the "
+                                                        f"limit is {MAX_PLAUSIBLE_SPEEDUP:g}x): not scored"})
+        base = est.baseline
+        if ((est.fraction_of_roofline or 0) >= ROOFLINE_CLAIM and base is not None and base.ok
+                and (base.fraction_of_roofline or 0) < 0.5 * ROOFLINE_CLAIM):
+            flags.append("claims_roofline_floor")
+    return verdict.model_copy(update={"estimate": data, "flags": flags})
+
+
+def _signature_problem(audit: dict, meta: dict) -> str | None:
+    """Why the lowering handed over is not a program over this task's inputs and outputs (the judge's own shapes)."""
+    sig = audit.get("signature") or {}
+    got_in = [[d for d in t if isinstance(d, int)] for t in sig.get("inputs") or []]
+    got_out = [[d for d in t if isinstance(d, int)] for t in sig.get("outputs") or []]
+    want_in, want_out = meta.get("in_shapes"), meta.get("out_shapes")
+    remaining = [list(x) for x in want_in or []]
+    for shape in got_in:  # jit drops inputs a program never reads: the lowering takes some of the task's inputs
+        if shape in remaining:
+            remaining.remove(shape)
+        else:
+            remaining = None
+            break
+    if want_in is not None and remaining is None:
+        return (f"the TPU lowering handed to the judge takes inputs {got_in}, not the task's {want_in}: it is not the "
+                "program that ran")
+    if want_out is not None and got_out != [list(x) for x in want_out]:
+        return (f"the TPU lowering handed to the judge returns {got_out}, not the task's {want_out}: it is not the "
+                "program that ran")
+    return None
 
 
 def _interpreter_failure(verdict: Verdict, result: dict | None) -> bool:
@@ -465,7 +579,7 @@ def _implausible(backend: str, meta: dict, kernel: Timing | None, speedup: float
 
 class _Rep(BaseModel):
     input: int
-    same_as_checked: bool
+    same_as_checked: bool = False
     file: str | None = None
 
 
@@ -483,7 +597,11 @@ class CandidateResult(BaseModel):
     status: Literal["ran"]
     backend: str
     census: dict
+    kernels: list[dict] = []
+    fingerprints: dict = {}
     outputs: list[str]
+    check_output: str | None = None
+    check_error: str | None = None
     compile_s: float | None = None
     run_ms: list[float] = []
     timing: _Timing

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["Census", "census", "judge", "judge_lowering", "MIN_PALLAS_SHARE", "MAX_OUTSIDE_CONTRACTION_SHARE",
+__all__ = ["Census", "census", "judge", "judge_lowering", "pallas_kernels", "lowering_disagrees", "fingerprint",
+           "fingerprint_differs", "MIN_PALLAS_SHARE", "MAX_OUTSIDE_CONTRACTION_SHARE",
            "MIN_WORK_RATIO", "MAX_UNKNOWN_ELEMENTS"]
 
 # A candidate must do most of its arithmetic inside pallas_call, and its matmuls/convolutions almost entirely.
@@ -220,4 +224,121 @@ def judge_lowering(audit: dict, meta: dict) -> str | None:
     if base and done < MIN_WORK_RATIO * base:
         return (f"the kernel does {done:.3g} FLOPs where the task needs about {base:.3g}: "
                 f"outputs that are not computed from the inputs are not accepted")
+    return None
+
+
+def _block(shape) -> list[int]:
+    """A block shape with squeezed and element dims as 1 and unit dims dropped (Mosaic pads and prints them)."""
+    return [int(d) for d in shape if isinstance(d, int) and not isinstance(d, bool) and d != 1]
+
+
+def pallas_kernels(closed_jaxpr) -> list[dict]:
+    """Every pallas_call of a traced program, in every branch and loop body: {name, grid, blocks}. What the
+    kernels of its TPU lowering must be (lowering_disagrees)."""
+    out: list[dict] = []
+
+    def walk(jaxpr) -> None:
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "pallas_call":
+                gm = eqn.params["grid_mapping"]
+                debug = getattr(eqn.params.get("jaxpr"), "debug_info", None)
+                blocks = [_block(getattr(d, "block_size", d) for d in (getattr(bm, "block_shape", ()) or ()))
+                          for bm in getattr(gm, "block_mappings", ())]
+                out.append({"name": str(getattr(debug, "func_src_info", "") or "").split(" at ")[0],
+                            "grid": [int(g) if isinstance(g, int) else -1 for g in (getattr(gm, "grid", ()) or ())],
+                            "blocks": blocks})
+                continue
+            for value in eqn.params.values():
+                for sub in (value if isinstance(value, (tuple, list)) else (value,)):
+                    inner = _jaxpr_of(sub)
+                    if inner is not None:
+                        walk(inner)
+
+    walk(_jaxpr_of(closed_jaxpr))
+    return out
+
+
+def lowering_disagrees(traced: list[dict], lowered: list[dict]) -> str | None:
+    """Why the kernels of a TPU lowering are not the kernels of the program the candidate traced and ran, or None.
+
+    Both lists come from the candidate's process (its trace, and the lowering it handed over), so a lowering swapped
+    for another program's must also forge the trace's census to agree: the census the verdict counts is the
+    lowering's, and this makes the two accounts one story or a rejection.
+    """
+    def key(k: dict) -> tuple:  # names are only shown: Mosaic may spell a lambda's or a partial's differently
+        return (tuple(g for g in k.get("grid") or [] if g != 1),)
+
+    a = sorted(key(k) for k in traced)
+    b = sorted(key(k) for k in lowered)
+    if a != b:
+        return (f"the TPU lowering handed to the judge holds {len(b)} kernel(s) {_names(lowered)}, but the program "
+                f"the candidate traced and ran holds {len(a)} {_names(traced)}: the lowering is not the program that ran")
+    blocks_a = sorted((key(k), tuple(map(tuple, (_block(x) for x in k.get("blocks") or [])))) for k in traced)
+    blocks_b = sorted((key(k), tuple(map(tuple, (_block(x) for x in k.get("blocks") or [])))) for k in lowered)
+    for (ka, ba), (kb, bb) in zip(blocks_a, blocks_b):
+        if len(ba) == len(bb) and ba != bb:  # operands in HBM (memory_space ANY) have no window: counts may differ
+            return (f"a kernel with grid {list(ka[0]) or '()'} runs with blocks {list(map(list, ba))} in the candidate's trace but "
+                    f"{list(map(list, bb))} in the TPU lowering handed to the judge: the lowering is not the program "
+                    "that ran")
+    return None
+
+
+def _names(kernels: list[dict]) -> str:
+    return "(" + ", ".join(f"{k.get('name') or '?'} grid {list(k.get('grid') or []) or '()'}" for k in kernels) + ")"
+
+
+_INTERPRET_PARAM = re.compile(r"interpret=(?:False|None|True|InterpretParams\([^\n]*?\))(?=[,\s\]])")
+
+
+_NUMBER = re.compile(r"(?<![A-Za-z_])\d+(?:\.\d*)?(?:e[-+]?\d+)?")
+
+
+def _shapeless(text: str) -> str:
+    """A jaxpr's text with the interpreter choice and every number blanked (shapes, shape parameters, literals such
+    as a mean's 1/N, loop lengths): a kernel whose tiles follow the array's size prints the same at every size,
+    and what is left is the program's structure, which a kernel that swaps programs with the size cannot keep."""
+    return _NUMBER.sub("#", _INTERPRET_PARAM.sub("interpret=*", text))
+
+
+def fingerprint(closed_jaxpr) -> dict:
+    """The program up to its grid extents and array shapes: each pallas_call's body, block shapes, index maps and
+    dimension semantics, and the primitives around them. Two sizes of one honest kernel print the same; a kernel
+    that runs another program at another size does not (what is priced must be what was checked)."""
+    kernels: list[str] = []
+    outside: list[str] = []
+
+    def walk(jaxpr) -> None:
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            if name == "pallas_call":
+                gm = eqn.params["grid_mapping"]
+                body = _shapeless(str(eqn.params["jaxpr"]))
+                maps = [_shapeless(str(getattr(bm, "index_map_jaxpr", ""))) for bm in getattr(gm, "block_mappings", ())]
+                params = eqn.params.get("compiler_params") or {}
+                semantics = [str(getattr(p, "dimension_semantics", "")) for p in
+                             (params.values() if isinstance(params, dict) else [params])]
+                text = json.dumps([body, maps, semantics, len(getattr(gm, "grid", ()) or ()),
+                                   getattr(gm, "num_scalar_prefetch", 0)], default=str)
+                kernels.append(hashlib.sha256(text.encode()).hexdigest()[:16])
+                outside.append("pallas_call")
+                continue
+            outside.append(name)
+            for value in eqn.params.values():
+                for sub in (value if isinstance(value, (tuple, list)) else (value,)):
+                    inner = _jaxpr_of(sub)
+                    if inner is not None:
+                        walk(inner)
+
+    walk(_jaxpr_of(closed_jaxpr))
+    return {"kernels": kernels, "outside": hashlib.sha256(" ".join(outside).encode()).hexdigest()[:16]}
+
+
+def fingerprint_differs(checked: dict, priced: dict) -> str | None:
+    """Why a program priced at another size is not the program checked (fingerprint), or None."""
+    if checked.get("kernels") != priced.get("kernels"):
+        n, m = len(checked.get("kernels") or []), len(priced.get("kernels") or [])
+        return (f"its kernels differ ({n} checked, {m} priced; bodies, blocks or index maps changed with the size)"
+                if n == m else f"it runs {m} kernel(s) where the checked program ran {n}")
+    if checked.get("outside") != priced.get("outside"):
+        return "the XLA operations around its kernels changed with the size"
     return None

@@ -16,6 +16,12 @@ from maxkernel.harness.sandbox import SandboxResult, WorkerPool
 __all__ = ["JudgePair"]
 
 
+def _copy(src_dir: Path, dst_dir: Path, names: list[str]) -> None:
+    for name in names:
+        with open_regular(src_dir, name) as src, open(dst_dir / name, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+
+
 class JudgePair:
     """The candidate's job and the judge's job, run side by side in two workers of one pool.
 
@@ -53,10 +59,10 @@ class JudgePair:
         worker = self.workers.get(name)
         return worker.scratch if worker is not None else None
 
-    def hand_inputs(self, n: int) -> bool:
-        """Copy the judge's inputs into the candidate's scratch as soon as they exist, then tell the candidate to
-        time once the judge has finished its references. False only when the judge failed (a harness failure);
-        a candidate that is already gone needs nothing."""
+    def hand_inputs(self, n: int, *, check: bool = False, timing: int = 0) -> bool:
+        """Copy the judge's inputs (n checked sets, the check size's set) into the candidate's scratch as soon as
+        they exist, then, once the judge has finished its references, the timing sets, and tell the candidate to
+        time. False only when the judge failed (a harness failure); a candidate that is already gone needs nothing."""
         for event in self.started.values():
             event.wait()
         judge, cand = self._scratch("judge"), self._scratch("candidate")
@@ -69,9 +75,7 @@ class JudgePair:
         if not wait(handoff.INPUTS_MADE):
             return self._stop_candidate(judge_alive)
         try:  # into the candidate's scratch, which it may have filled or littered: any failure stops it
-            for i in range(n):
-                with open_regular(judge, f"inputs_{i}.npz") as src, open(cand / f"inputs_{i}.npz", "wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
+            _copy(judge, cand, [f"inputs_{i}.npz" for i in range(n)] + (["check_inputs.npz"] if check else []))
             handoff.post(cand, handoff.INPUTS_READY, {})
         except (CopyOutError, OSError):
             self.abandon("candidate")
@@ -79,8 +83,9 @@ class JudgePair:
         if not wait(handoff.JUDGE_READY):
             return self._stop_candidate(judge_alive)
         try:
+            _copy(judge, cand, [f"timing_inputs_{j}.npz" for j in range(timing)])
             handoff.post(cand, handoff.TIME_GO, {})
-        except OSError:
+        except (CopyOutError, OSError):
             self.abandon("candidate")
         return True
 

@@ -44,7 +44,7 @@ def run(job: dict, scratch: Path) -> dict:
     import jax
 
     from maxkernel.harness import timers
-    from maxkernel.harness.candidate_job import interpret_context, load_kernel
+    from maxkernel.harness.candidate_job import interpret_context, job_guard, load_kernel
     from maxkernel.tasks import load_task
 
     clock = timers.TIMERS["perf_counter"]
@@ -58,7 +58,7 @@ def run(job: dict, scratch: Path) -> dict:
 
     base = jax.jit(baseline).lower(*inputs).compile()
     try:
-        module = load_kernel(scratch / job["kernel"])
+        module = load_kernel(scratch / job["kernel"], guard=job_guard(job, scratch))
     except BaseException as exc:  # noqa: BLE001
         return _fail("import", exc, backend=backend)
     tunables = job.get("tunables") or {}

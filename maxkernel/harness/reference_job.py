@@ -13,9 +13,11 @@ AUDIT_TIMEOUT_S = 30.0  # honest modules take milliseconds; a hostile nesting ca
 
 
 def run(job: dict, scratch: Path) -> dict:
-    """job: {task, size, seeds, reps, time_budget_s}. Writes inputs_<i>.npz and ref_<i>.npz, posts JUDGE_READY
-    with the task's metadata, then (when the job says `wait`) waits for the parent's JUDGE_GO before it times
-    the baseline and censuses the lowering the parent put beside it."""
+    """job: {task, size, seeds, reps, time_budget_s, check?, timing_seeds?}. Writes inputs_<i>.npz and ref_<i>.npz
+    (and for the drawn check size {size, dims, seed} check_inputs.npz and check_ref.npz; for every timing seed
+    timing_inputs_<j>.npz and timing_ref_<j>.npz), posts JUDGE_READY with the task's metadata, then (when the job
+    says `wait`) waits for the parent's JUDGE_GO before it times the baseline and censuses the lowering the parent
+    put beside it."""
     import jax
     import numpy as np
 
@@ -26,13 +28,25 @@ def run(job: dict, scratch: Path) -> dict:
     from maxkernel.harness.numerics import errors, reference_outputs
     from maxkernel.tasks import load_task
 
+    from maxkernel.harness.checksize import inject
+
     task = load_task(job["task"])
     size, seeds = job["size"], list(job["seeds"])
+    check, timing_seeds = job.get("check"), [int(s) for s in job.get("timing_seeds") or []]
+    if check:
+        inject(task.module, check["size"], check["dims"])
     # One program for every seed: op-by-op random draws compile dozens of tiny programs (3-4 s at smoke size).
-    all_inputs = jax.jit(lambda: [task.create_inputs(size=size, seed=s) for s in seeds])()
-    all_inputs = [tuple(x) for x in all_inputs]
+    drawn = jax.jit(lambda: [task.create_inputs(size=size, seed=s) for s in seeds + timing_seeds])()
+    drawn = [tuple(x) for x in drawn]
+    all_inputs, timing_inputs = drawn[:len(seeds)], drawn[len(seeds):]
     for i, inputs in enumerate(all_inputs):
         save_arrays(scratch / f"inputs_{i}.npz", [np.asarray(x) for x in inputs])
+    check_inputs = None
+    if check:
+        check_inputs = tuple(jax.jit(lambda: task.create_inputs(size=check["size"], seed=int(check["seed"])))())
+        save_arrays(scratch / "check_inputs.npz", [np.asarray(x) for x in check_inputs])
+    for j, inputs in enumerate(timing_inputs):
+        save_arrays(scratch / f"timing_inputs_{j}.npz", [np.asarray(x) for x in inputs])
     if job.get("wait"):
         post(scratch, INPUTS_MADE, {})  # the candidate runs on them while the references are computed here
     first = all_inputs[0]
@@ -44,6 +58,9 @@ def run(job: dict, scratch: Path) -> dict:
     meta = {
         "out_dtypes": dtypes,
         "out_shapes": [list(leaf.shape) for leaf in leaves],
+        "in_shapes": [list(x.shape) for x in first],
+        "timing_seeds": timing_seeds,
+        "backend": jax.default_backend(),
         "tolerances": [task.tolerance(d) for d in dtypes],
         "flops": task.flops(size) or counted.total_flops,
         "baseline_flops": counted.total_flops,
@@ -62,6 +79,16 @@ def run(job: dict, scratch: Path) -> dict:
         calibration = errs if calibration is None else [
             {k: max(a[k], b[k]) for k in a} for a, b in zip(calibration, errs)]
     meta["baseline_errors"] = calibration
+    if check:
+        # The same yardstick at the check size, where the reductions run to (nearly) their full length.
+        refs = reference_outputs(task.module.workload, check_inputs)
+        save_arrays(scratch / "check_ref.npz", refs)
+        own = [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.jit(task.module.workload)(*check_inputs))]
+        meta["check"] = {"size": check["size"], "dims": check["dims"], "seed": int(check["seed"]),
+                         "out_shapes": [list(r.shape) for r in refs],
+                         "baseline_errors": [errors(o, r) for o, r in zip(own, refs)]}
+    for j, inputs in enumerate(timing_inputs):  # references for the timed calls' inputs, which the candidate gets late
+        save_arrays(scratch / f"timing_ref_{j}.npz", reference_outputs(task.module.workload, inputs))
     out = {"status": "ok", "meta": meta, "timing": {"baseline_ms": [], "source": "wall", "window": None},
            "audit": None}
     if not job.get("wait"):

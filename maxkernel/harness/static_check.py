@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import string
 from pathlib import Path
 
@@ -45,8 +46,12 @@ JAX_INTERNALS = frozenset({
     "sparse", "rnn", "scheduling_groups", "topologies", "ode", "matlib", "matrixlib", "xb", "gpu", "jtu", "prng",
     "threefry2x32", "all_gather"})
 # Attribute access or attribute copying by string, which no static check can follow.
-STRING_ATTRIBUTE_ACCESS = frozenset({
-    "attrgetter", "methodcaller", "get_type_hints", "format_map", "update_wrapper", "wraps"})
+STRING_ATTRIBUTE_ACCESS = frozenset({"attrgetter", "methodcaller", "format_map", "update_wrapper", "wraps"})
+# Helpers of the allowed modules that evaluate a string as code with the kernel's real builtins: typing resolves
+# forward references (string annotations) with eval, and singledispatch's register resolves annotations through
+# get_type_hints. numpy's bmat looks names up in its caller's frame.
+EVALUATING_HELPERS = frozenset({"get_type_hints", "ForwardRef", "singledispatch", "singledispatchmethod",
+                                "get_annotations", "evaluate_forward_ref", "bmat"})
 # Frames, cells and code objects: the way from a kernel's function up into the harness's stack.
 FRAME_INTROSPECTION = frozenset({
     "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame", "ag_code", "f_back",
@@ -64,6 +69,7 @@ _WHY = {name: why for names, why in (
     (INTERPRETER_SETTINGS, "the harness owns interpreter and jax settings"),
     (JAX_INTERNALS, "it reaches jax internals or the process"),
     (STRING_ATTRIBUTE_ACCESS, "string-based attribute access cannot be checked"),
+    (EVALUATING_HELPERS, "it evaluates strings as code (annotations, forward references)"),
     (FRAME_INTROSPECTION, "frame introspection reaches the harness"),
     (BUFFER_IDENTITY, "buffer identity reaches the harness's arrays"),
     (LAZY_OUTPUTS, "outputs must be plain arrays")) for name in names}
@@ -82,6 +88,8 @@ ALLOWED_DUNDER_NAMES = frozenset({"__name__", "__doc__", "__all__", "__slots__",
 ALLOWED_DUNDER_METHODS = frozenset({
     "__init__", "__post_init__", "__call__", "__repr__", "__str__", "__hash__", "__eq__", "__lt__", "__le__", "__gt__",
     "__ge__", "__ne__", "__len__", "__iter__", "__getitem__", "__contains__", "__bool__", "__enter__", "__exit__"})
+# A dunder-looking run anywhere inside a string: '__import__("gc")' is as much a dunder as '__import__'.
+_DUNDER_IN_TEXT = re.compile(r"__[A-Za-z]\w*?__")
 # Methods whose format string is run through str.format on the host (jax.debug.print, pl.debug_print).
 FORMAT_PRINTERS = frozenset({"print", "debug_print"})
 
@@ -100,6 +108,20 @@ def _safe_format(text) -> bool:
         return False
     return all(field is None or not (any(c in field for c in ".[") or "__" in field) for _, field, _, _ in fields) \
         and all(_safe_format(spec) for _, _, spec, _ in fields if spec and "{" in spec)
+
+
+def _head_future_imports(tree: ast.AST) -> list[ast.ImportFrom]:
+    """The __future__ imports that take effect: those at the head of the module (elsewhere one does not compile)."""
+    body = getattr(tree, "body", [])
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]  # the docstring
+    head = []
+    for node in body:
+        if not (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+            break
+        head.append(node)
+    return head
 
 
 def _root(node: ast.expr) -> ast.expr:
@@ -157,6 +179,12 @@ class _Checker(ast.NodeVisitor):
         self.origins = _origins(tree)
         self.modules = _module_names(tree, self.origins)
         self.call_funcs = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        self.class_names = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+        self.future_imports = {id(n) for n in _head_future_imports(tree)}
+        self.format_templates = {id(n.func.value) for n in ast.walk(tree) if isinstance(n, ast.Call)
+                                 and isinstance(n.func, ast.Attribute) and n.func.attr == "format"} | {
+            id(n.args[0]) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr in FORMAT_PRINTERS and n.args}
 
     def bad(self, node, message: str) -> None:
         where = [getattr(node, k, 0) or 0 for k in ("lineno", "col_offset", "end_lineno", "end_col_offset")]
@@ -186,6 +214,9 @@ class _Checker(ast.NodeVisitor):
             return self.bad(node, "relative imports are not allowed: a kernel is a single file")
         self.import_path(node, node.module)
         for alias in node.names:
+            if id(node) in self.future_imports and alias.name == "annotations":
+                self.bad(node, "'from __future__ import annotations' is not allowed: it makes every annotation a "
+                               "string, which typing evaluates as code")
             if alias.name == "*":
                 self.bad(node, f"'from {node.module} import *' is not allowed: import names explicitly")
             elif alias.name in DENIED_NAMES or alias.name.startswith("_") and node.module != "__future__":
@@ -261,17 +292,39 @@ class _Checker(ast.NodeVisitor):
                 self.interpret_rule(key.value, value)
         self.generic_visit(node)
 
-    def visit_Constant(self, node: ast.Constant) -> None:  # {"__jax_array__": f} for a dynamically made class
+    def visit_Constant(self, node: ast.Constant) -> None:  # {"__jax_array__": f}, "__import__('gc')" for an eval
         value = node.value
-        if isinstance(value, str) and _dunder(value) and value not in ALLOWED_DUNDER_NAMES | ALLOWED_DUNDER_METHODS:
-            self.bad(node, f"the string '{value}' is not allowed: dunder names reach Python's internals")
+        text = value.decode("latin-1") if isinstance(value, bytes) else value
+        if not isinstance(text, str) or id(node) in self.format_templates and not _safe_format(node):
+            return  # a template whose fields read attributes: the format rule names it
+        for found in _DUNDER_IN_TEXT.findall(text):
+            if found not in ALLOWED_DUNDER_NAMES | ALLOWED_DUNDER_METHODS:
+                shown = f"'{text}'" if found == text else f"holding '{found}'"
+                return self.bad(node, f"the string {shown} is not allowed: dunder names reach Python's internals")
+
+    def annotation_rule(self, annotation: ast.expr | None) -> None:
+        """A string in an annotation is code that typing evaluates: only the quoted name of a class here may be."""
+        for sub in ast.walk(annotation) if annotation is not None else ():
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, (str, bytes)) \
+                    and sub.value not in self.class_names:
+                self.bad(sub, "string annotations are not allowed: typing evaluates them as code (write the type "
+                              "itself; a quoted name of a class defined in this file is the one exception)")
 
     def visit_FunctionDef(self, node) -> None:
         if _dunder(node.name) and node.name not in ALLOWED_DUNDER_METHODS:
             self.bad(node, f"defines {node.name}: outputs must be plain arrays, and Python's hooks are off limits")
+        if isinstance(node, ast.FunctionDef):
+            a = node.args
+            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
+                self.annotation_rule(arg.annotation if arg is not None else None)
+            self.annotation_rule(node.returns)
         self.generic_visit(node)
 
     visit_ClassDef = visit_FunctionDef
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self.annotation_rule(node.annotation)
+        self.generic_visit(node)
 
     def visit_AsyncFunctionDef(self, node) -> None:
         self.bad(node, "async code is not allowed in a kernel")

@@ -48,6 +48,9 @@ class Correctness(_Frozen):
     seeds_drawn: Literal["fresh", "replayed"] = "fresh"  # fresh: drawn unpredictably for this evaluation
     per_seed: list[SeedCheck] = Field(default_factory=list)
     timed: list[TimedCheck] = Field(default_factory=list)  # every timed repetition's outputs, checked
+    # The second size drawn for this verdict (dims; {} when the task offers none) and its one input set's check.
+    check_size: dict = Field(default_factory=dict)
+    check: SeedCheck | None = None
 
 
 class Timing(_Frozen):
@@ -111,12 +114,15 @@ class Verdict(_Frozen):
 
 def rank_speedup(verdict: dict) -> tuple[float | None, str]:
     """The speedup candidates are ranked by, and its label. On a TPU (or GPU) the measured speedup; off one, the
-    estimated TPU speedup where the verdict carries an estimate (interpreter time says nothing about a TPU), else
-    the measured CPU speedup, labelled as such."""
+    estimated TPU speedup where the verdict carries an estimate, else the measured CPU speedup, labelled as such
+    (every timed call ran on inputs the kernel had not seen, so a memo buys nothing there). A kernel whose estimate
+    was withheld because the program it would price is not the one checked (stage "program") is not ranked."""
     backend = verdict.get("backend") or ""
     est = verdict.get("estimate") or {}
     if backend == "cpu" and est.get("ok") and est.get("speedup_estimate"):
         return float(est["speedup_estimate"]), f"estimated TPU speedup on {est.get('chip')} (libtpu static profile)"
+    if backend == "cpu" and est.get("stage") == "program":
+        return None, "not ranked: the program changes with the size, so no estimate prices the one checked"
     speedup = verdict.get("speedup")
     if backend == "cpu":
         return speedup, "CPU interpreter speedup (no TPU estimate): ranks nothing on a TPU"

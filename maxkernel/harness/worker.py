@@ -67,7 +67,7 @@ def _preload_compiler(chip_name: str) -> None:
 
     kernel = jaxbench.task_dir("12p_RMSNorm") / "kernel.py"
     _compile_job.run({"task": "12p_RMSNorm", "kernel": str(kernel), "chip": chips.get(chip_name).name,
-                      "size": "smoke"}, Path(sys.argv[1]))
+                      "size": "smoke", "guard": False}, Path(sys.argv[1]))  # the shipped kernel: trusted
 
 
 def privilege_problems() -> list[str]:

@@ -225,6 +225,22 @@ def _on_accelerator() -> bool:
     return jax.default_backend() != "cpu"
 
 
+def _priced_is_not_checked(verdict, est) -> str | None:
+    """Why an estimate (a cache hit by now) does not price the program the verdict checked, or None."""
+    from maxkernel.harness.integrity import fingerprint_differs
+
+    prints = verdict.integrity.get("fingerprints") or {}
+    checked = prints.get("check") or prints.get("checked")
+    priced = (est.fit or {}).get("fingerprints") or []
+    if not est.ok or not checked or not priced:
+        return "the priced program cannot be tied to the checked one (no fingerprint)"
+    for fp in priced:
+        why = fingerprint_differs(checked, fp)
+        if why:
+            return f"the program priced at full size is not the one checked ({why})"
+    return None
+
+
 def _by_estimate(task, kernel, chip, size, configs, compiled, cache, seeds, max_configs, deadline) -> TuneResult:
     """Off a TPU: estimate every configuration that compiled (TPU time at full size, libtpu's static profile), then
     correctness-gate them fastest-estimate first; the first correct one is the best. Interpreter time ranks nothing."""
@@ -269,7 +285,11 @@ def _by_estimate(task, kernel, chip, size, configs, compiled, cache, seeds, max_
             break
         gated += 1
         v = ev.evaluate(task, kernel, size=size, seeds=seeds, tunables=t.config, reps=0, estimate=False)
-        if v.status == "correct":
+        changed = _priced_is_not_checked(v, estimate_program(spec, kernel, target, full, t.config)) \
+            if v.status == "correct" else None
+        if changed:  # the estimate that ranked it prices another program than the one just checked
+            t.outcome, t.reason = "rejected", f"not ranked: {changed}"[:500]
+        elif v.status == "correct":
             t.outcome, t.reason = "best", f"{t.reason}; {v.reason}"[:500]
             best = t
         else:

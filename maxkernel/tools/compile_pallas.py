@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from maxkernel import chips
 from maxkernel.harness.copyout import MAX_RESULT_BYTES, CopyOutError, read_bytes
+from maxkernel.harness.guard import jobs_guarded
 from maxkernel.harness.sandbox import WorkerPool
 from maxkernel.settings import get_settings
 
@@ -95,7 +96,7 @@ def compile_many(task: str, kernel: str, chip_names: list[str], configs: list[di
 
     spec, task_files = load_task(task).for_job()
     job = {"kind": "compile_many", "task": spec, "kernel": "kernel.py", "chips": list(chip_names),
-           "configs": configs, "size": size}
+           "configs": configs, "size": size, "guard": jobs_guarded()}
     budget = timeout or min(get_settings().eval_timeout_s, 60.0 + 30.0 * len(wanted))
     res = compile_pool().run(job, {"kernel.py": Path(kernel).read_bytes(), **task_files}, budget)
     try:

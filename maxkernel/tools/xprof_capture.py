@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from maxkernel import chips
+from maxkernel.harness.guard import jobs_guarded
 from maxkernel.harness.copyout import CopyOutError, copy_tree
 from maxkernel.harness.sandbox import WorkerPool
 from maxkernel.settings import get_settings
@@ -103,7 +104,7 @@ def xprof_capture(task: str, kernel: str, size: str = "smoke", out_dir: str | No
 
     task_spec, task_files = spec.for_job()
     job = {"kind": "profile", "task": task_spec, "size": size, "seed": seed, "kernel": "kernel.py",
-           "tunables": {}, "trace_dir": "trace"}
+           "tunables": {}, "trace_dir": "trace", "guard": jobs_guarded()}
     with WorkerPool(size=0) as pool:
         res = pool.run(job, {"kernel.py": path.read_bytes(), **task_files}, timeout or get_settings().eval_timeout_s)
         try:

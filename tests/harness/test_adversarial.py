@@ -19,7 +19,7 @@ def raw(evaluator):
     the sandbox and the verdict behind those guards, which test_verdict_v2.py and test_static_check.py cover."""
     from maxkernel.harness.evaluate import Evaluator
 
-    return Evaluator(evaluator.pool, static_check=False, watch=False)
+    return Evaluator(evaluator.pool, static_check=False, watch=False, guard=False)
 
 
 def _judge(raw, name, kernel, **kw):
@@ -147,7 +147,7 @@ def test_secrets_do_not_reach_the_candidate(tmp_path, monkeypatch):
     body = ("import os\nseen = [v for v in os.environ.values() if 'sk-test' in v]\n"
             f"try:\n    seen.append(open({str(cred)!r}).read())\nexcept OSError:\n    pass\n"
             "if seen:\n    raise RuntimeError('LEAKED ' + ' '.join(seen))\n")
-    with Evaluator(WorkerPool(size=0), static_check=False, watch=False) as ev:  # workers started after the environment above is set
+    with Evaluator(WorkerPool(size=0), static_check=False, watch=False, guard=False) as ev:  # workers started after the environment above is set
         v = ev.evaluate("12p_RMSNorm", _write(tmp_path, "exfil.py", body + _TAIL))
     assert v.status == "incorrect", v.reason
     assert secret not in v.model_dump_json()

@@ -21,6 +21,14 @@ def test_without_a_usable_estimate_the_cpu_figure_ranks_and_says_so(estimate):
     assert value == 0.0016 and "CPU interpreter" in label and "no TPU estimate" in label
 
 
+def test_a_program_that_changes_with_the_size_is_not_ranked_at_all():
+    """Its estimate was withheld (the priced program is not the checked one): its CPU figure must not rank it
+    either, or withholding the estimate would only move it to another ranking."""
+    withheld = {"ok": False, "stage": "program", "error": "not estimated: the program priced ..."}
+    value, label = rank_speedup({"backend": "cpu", "speedup": 9.5, "estimate": withheld})
+    assert value is None and label.startswith("not ranked")
+
+
 def test_on_a_tpu_measured_time_is_the_truth_and_the_estimate_only_rides_along():
     value, label = rank_speedup({"backend": "tpu", "speedup": 1.5, "estimate": EST})
     assert value == 1.5 and label == "measured on tpu"

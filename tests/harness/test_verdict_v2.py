@@ -1,8 +1,9 @@
 """Verdict v2: nothing a candidate kernel runs can forge its own verdict. Each test attacks one hole.
 
 The layers are attacked separately. `evaluator` is the real thing: the static allow-list refuses a kernel that
-reaches for the harness (os, sys, frames, dunders) before it is imported. `watched` skips that check, so the
-runtime watch on the functions the harness relies on is proven on its own. `raw` skips both in-process guards,
+reaches for the harness (os, sys, frames, dunders) before it is imported. `watched` skips that check and the audit
+hook (verdict v3, tests/harness/test_guard.py), so the runtime watch on the functions the harness relies on is
+proven on its own. `raw` skips every in-process guard,
 so that the structural defences behind them (fresh seeds, fixed output names, a judge process that never sees
 candidate code, clock windows, every timed output checked, the census of the TPU lowering) are proven too.
 """
@@ -23,12 +24,12 @@ RMS, GEMM = "12p_RMSNorm", "8p_GEMM"
 @pytest.fixture(scope="module")
 def raw(evaluator):
     """The same pool, with both in-process guards off (the layers under test are the ones behind them)."""
-    return Evaluator(evaluator.pool, static_check=False, watch=False)
+    return Evaluator(evaluator.pool, static_check=False, watch=False, guard=False)
 
 
 @pytest.fixture(scope="module")
 def watched(evaluator):
-    return Evaluator(evaluator.pool, static_check=False)
+    return Evaluator(evaluator.pool, static_check=False, guard=False)
 
 
 def _refused(v, status: str, *words: str):
@@ -68,11 +69,15 @@ def test_outputs_of_every_timed_repetition_are_checked(raw):
     assert all(s.ok for s in v.correctness.per_seed)  # the checked calls themselves were right
 
 
-def test_a_memoised_kernel_is_not_scored(raw):
-    """Timed repetitions return a cached (correct) answer: the implausible speedup is rejected, not flagged."""
+def test_a_memoised_kernel_never_answers_a_timed_call_from_its_memo(raw):
+    """Memoised on the identity of its input buffers: v2 timed the checked buffers again, which the memo answered in
+    microseconds (then rejected only as an implausible speedup). Each timed call now runs on an input set of its own,
+    handed over when the timing starts, and is compared with the judge's reference: the memo buys nothing."""
     v = raw.evaluate(RMS, V2 / "memo_compiled.py")
-    _refused(v, "rejected", "not scored")
-    assert v.stage == "timing" and v.speedup > 10
+    assert v.status == "correct", v.reason
+    assert v.correctness.timed and len(v.correctness.timed) == len(v.kernel.samples_ms)
+    assert all(t.ok and t.checked.startswith("fresh inputs") for t in v.correctness.timed)
+    assert sorted(t.input for t in v.correctness.timed) == list(range(len(v.correctness.timed)))
 
 
 def test_samples_forged_inside_the_clock_window_are_rejected(raw):
@@ -95,10 +100,13 @@ def test_a_thread_started_by_the_kernel_never_runs_while_the_baseline_is_timed(r
 def test_answers_precomputed_for_predictable_seeds_fail_on_fresh_ones(evaluator):
     kernel = V2 / "lookup_default_seeds.py"
     replay = evaluator.evaluate(RMS, kernel, seeds=[0, 1, 2], exact_seeds=True)
-    assert replay.ok and replay.correctness.seeds == [0, 1, 2]  # the attack works where seeds can be guessed
-    assert replay.correctness.seeds_drawn == "replayed"
+    # Where the seeds can be guessed (a replay), the answers could be looked up; but the check size (and its seed)
+    # and the timed calls' sets are drawn fresh even when the checked seeds are replayed, and the lookup table
+    # holds no answer of the check size's shape.
+    assert replay.correctness.seeds == [0, 1, 2] and replay.correctness.seeds_drawn == "replayed"
+    assert replay.status != "correct" and "at the check size" in replay.reason, replay.reason
     fresh = evaluator.evaluate(RMS, kernel)
-    _refused(fresh, "incorrect", "exceeds tolerance")
+    assert fresh.status in ("incorrect", "rejected"), fresh.reason  # the check size (a shape it has no answers of)
     assert fresh.correctness.seeds_drawn == "fresh" and not set(fresh.correctness.seeds) & {0, 1, 2}
 
 

@@ -1,0 +1,113 @@
+"""One program at every size: the fingerprint (integrity.fingerprint) that ties the priced program to the checked
+one, the cross-check of the lowering handed to the judge against the candidate's trace, and what the verdict does
+with an estimate (evaluate._with_estimate): withheld from a program that changes with the size, an impossible
+estimated speedup rejected, a claimed roofline floor flagged."""
+
+import contextlib
+import random
+from pathlib import Path
+
+import jax
+import pytest
+
+import jaxbench
+from maxkernel import chips
+from maxkernel.harness import checksize
+from maxkernel.harness.candidate_job import load_kernel
+from maxkernel.harness.estimate import Estimate, ProgramEstimate
+from maxkernel.harness.evaluate import _signature_problem, _with_estimate
+from maxkernel.harness.integrity import fingerprint, fingerprint_differs, lowering_disagrees, pallas_kernels
+from maxkernel.harness.verdict import Verdict
+from maxkernel.tasks import load_task
+
+pytestmark = pytest.mark.unit
+
+REPLAY = Path(__file__).parents[2] / "maxkernel" / "agents" / "replay" / "kernels"
+V3 = Path(__file__).parent / "kernels" / "verdict_v3"
+HONEST = [(t, jaxbench.task_dir(t) / "kernel.py") for t in
+          ("8p_GEMM", "12p_RMSNorm", "1p_Flash_Attention", "41k_Gemm_Add_ReLU", "50k_Matmul_GELU_Softmax")]
+HONEST += [(p.name.split("_v")[0], p) for p in sorted(REPLAY.glob("[0-9]*.py"))]
+
+
+def _prints(task_name, kernel, chip="v5e"):
+    task, module = load_task(task_name), load_kernel(kernel)
+    drawn = checksize.draw(task, "smoke", rng=random.Random(0))
+    out = {}
+    for label, size, ctx in (("smoke", "smoke", contextlib.nullcontext()), ("full", "full", contextlib.nullcontext()),
+                             ("check", drawn["size"], checksize.injected(task, drawn["size"], drawn["dims"]))):
+        with ctx:
+            structs = jax.eval_shape(lambda: task.create_inputs(size=size, seed=0))
+            with chips.trace_context(chips.get(chip)):
+                out[label] = fingerprint(jax.jit(module.workload).trace(*structs).jaxpr)
+    return out
+
+
+@pytest.mark.parametrize("task,kernel", HONEST, ids=[str(k.name if k.parent == REPLAY else t) for t, k in HONEST])
+def test_honest_kernels_print_one_program_at_every_size(task, kernel):
+    """Their blocks clamp to small arrays and their literals follow the size (a mean's 1/N): the same program."""
+    p = _prints(task, kernel)
+    assert fingerprint_differs(p["check"], p["full"]) is None
+    assert fingerprint_differs(p["smoke"], p["full"]) is None
+
+
+def test_a_kernel_that_swaps_programs_with_the_size_prints_two():
+    p = _prints("8p_GEMM", V3 / "shape_branch_small.py")
+    assert fingerprint_differs(p["check"], p["full"]) is not None
+    assert fingerprint_differs(p["smoke"], p["check"]) is None
+
+
+def test_the_lowering_must_hold_the_traced_kernels():
+    traced = [{"name": "_k", "grid": [4, 1], "blocks": [[128, 256], [256]]}]
+    assert lowering_disagrees(traced, [{"name": "k", "grid": [4], "blocks": [[128, 256], [1, 256]]}]) is None
+    assert "holds 0" in lowering_disagrees([], [{"name": "k", "grid": [4], "blocks": []}])
+    assert "not the program" in lowering_disagrees(traced, [{"name": "_k", "grid": [8], "blocks": []}])
+    assert "blocks" in lowering_disagrees(traced, [{"name": "_k", "grid": [4], "blocks": [[64, 256], [256]]}])
+
+
+def test_the_lowering_must_take_the_tasks_inputs():
+    meta = {"in_shapes": [[256, 512], [512, 384]], "out_shapes": [[256, 384]]}
+    good = {"signature": {"inputs": [[256, 512, "bf16"], [512, 384, "bf16"]], "outputs": [[256, 384, "bf16"]]}}
+    assert _signature_problem(good, meta) is None
+    other = {"signature": {"inputs": [[128, 512, "bf16"], [512, 384, "bf16"]], "outputs": [[128, 384, "bf16"]]}}
+    assert "not the task's" in _signature_problem(other, meta)
+
+
+def _verdict(prints):
+    return Verdict(task="8p_GEMM", kernel_file="k.py", size="smoke", status="correct", reason="matches", backend="cpu",
+                   integrity={"fingerprints": prints})
+
+
+def _estimate(speedup, priced, fraction=0.5, base_fraction=0.5):
+    kern = ProgramEstimate(ok=True, program="kernel", chip="v5e", estimated_ms=1.0, fit={"fingerprints": priced},
+                           fraction_of_roofline=fraction)
+    base = ProgramEstimate(ok=True, program="baseline", chip="v5e", estimated_ms=speedup,
+                           fraction_of_roofline=base_fraction)
+    return Estimate(ok=True, summary="s", chip="v5e", size="full", estimated_ms=1.0, baseline_estimated_ms=speedup,
+                    speedup_estimate=speedup, fraction_of_roofline=fraction, kernel=kern, baseline=base)
+
+
+FP = {"kernels": ["a1"], "outside": "o"}
+
+
+def test_an_estimate_of_the_checked_program_is_attached_and_ranks():
+    v = _with_estimate(_verdict({"checked": FP, "check": FP}), _estimate(1.4, [FP]))
+    assert v.estimate["ok"] and v.rank[0] == pytest.approx(1.4) and v.status == "correct"
+
+
+def test_an_estimate_of_another_program_is_withheld_and_nothing_ranks():
+    v = _with_estimate(_verdict({"checked": FP, "check": FP}), _estimate(5.4, [FP, {"kernels": ["b2"], "outside": "o"}]))
+    assert not v.estimate["ok"] and "size_dependent_program" in v.flags and v.rank[0] is None
+    v = _with_estimate(_verdict({"checked": FP, "check": FP}), _estimate(1.4, []))  # nothing to tie it to
+    assert not v.estimate["ok"]
+
+
+def test_an_impossible_estimated_speedup_is_rejected_like_a_measured_one():
+    v = _with_estimate(_verdict({"checked": FP, "check": FP}), _estimate(14.0, [FP]))
+    assert v.status == "rejected" and v.stage == "estimate" and "beyond what a kernel can honestly gain" in v.reason
+
+
+def test_a_claimed_floor_where_xla_is_far_from_it_is_flagged():
+    v = _with_estimate(_verdict({"checked": FP, "check": FP}), _estimate(3.0, [FP], fraction=1.0, base_fraction=0.3))
+    assert "claims_roofline_floor" in v.flags and v.status == "correct"
+    v = _with_estimate(_verdict({"checked": FP, "check": FP}), _estimate(1.1, [FP], fraction=1.0, base_fraction=0.9))
+    assert "claims_roofline_floor" not in v.flags
