@@ -156,6 +156,7 @@ def _make_hook(first):  # noqa: C901  (one closure on purpose: its state is reac
     always, always_prefixes, while_kernel_runs = ALWAYS, ALWAYS_PREFIXES, WHILE_KERNEL_RUNS
     frame_attributes, denied_imports, add_event = FRAME_ATTRIBUTES, DENIED_IMPORTS, _ADD_EVENT
     kernel_files, kernel_codes, kernel_globals, kernel_names, scratches = set(), [], [], set(), set()
+    task_sources: dict = {}  # the task folder the parent copied into the scratch (scratch/task/*.py), as armed
     busy: set = set()
     real_cache: dict = {}
 
@@ -203,6 +204,16 @@ def _make_hook(first):  # noqa: C901  (one closure on purpose: its state is reac
             kernel_globals.append(globals_)
             kernel_names.add(globals_["__name__"])
         scratches.add(scratch)
+        folder = scratch + sep + "task"
+        try:
+            names = os.listdir(folder)
+        except os_error:
+            names = []
+        for name in names:  # a folder task's baseline.py and the modules it loads lazily (function.py)
+            if name.endswith(".py"):
+                path = realpath(folder + sep + name)
+                with open_(path, "rb") as f:
+                    task_sources[path] = f.read()
 
     add(first)
 
@@ -291,8 +302,17 @@ def _make_hook(first):  # noqa: C901  (one closure on purpose: its state is reac
                 return False
         return pinned_unchanged()
 
+    def task_source(path, source) -> bool:
+        """Whether `source` is a task file the parent placed in the scratch, unchanged since arming."""
+        if type_(path) is not str_ or path.startswith("<"):
+            return False
+        data = source.encode() if type_(source) is str_ else source
+        return task_sources.get(real(path)) == data
+
     def check_compile(args, top):
         source, filename = args[0], args[1]
+        if task_source(filename, source) and (top is None or not kernel_entry(top)[0]):
+            return None  # the harness importing the task's own files (no kernel frame: nobody else's doing)
         if type_(filename) is str_ and filename in kernel_files and type_(source) in (bytes_, str_):
             data = source.encode() if type_(source) is str_ else source
             if data == file_bytes(filename):
@@ -324,6 +344,12 @@ def _make_hook(first):  # noqa: C901  (one closure on purpose: its state is reac
             rp = real(name)
             if under(rp, code_roots) and not in_scratch(rp) and name not in kernel_files:
                 return None
+            if rp in task_sources and (top is None or not kernel_entry(top)[0]):
+                try:  # compiled from the armed bytes (check_compile); the file must still hold them
+                    if file_bytes(rp) == task_sources[rp]:
+                        return None
+                except os_error:
+                    pass
         caller = top.f_code if top is not None else None
         if name == "<string>" and (caller is create_fn or caller is namedtuple_code):
             return None  # the text was checked when it was compiled, in the same call

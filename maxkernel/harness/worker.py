@@ -94,6 +94,7 @@ def privilege_problems() -> list[str]:
 
 def main() -> None:
     scratch = Path(sys.argv[1])
+    sys.dont_write_bytecode = True  # no bytecode of the scratch's files: the audit hook checks sources, not caches
     if "--isolated" in sys.argv[2:]:
         problems = privilege_problems()
         if problems:  # checked before any job (and so any candidate code) runs

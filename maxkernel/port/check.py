@@ -16,13 +16,14 @@ from maxkernel.harness.copyout import CopyOutError, read_bytes
 from maxkernel.harness.numerics import compare
 from maxkernel.harness.sandbox import WorkerPool
 from maxkernel.harness.static_check import check_source
-from maxkernel.port.spec import PortSpec, draw_inputs
+from maxkernel.port.spec import PortSpec, draw_check_size, draw_inputs, elements
 from maxkernel.tasknew import specs as S
 from maxkernel.tasks import DEFAULT_TOLERANCE
 
 __all__ = ["PortReport", "check_port", "describe", "feedback_text", "param_specs"]
 
 ORIGINAL, PORT = "original.py", "port.py"
+CHECK_BOUND = 4.0  # the second size holds at most this many times the smoke size's elements (the CPU oracle's cost)
 
 
 class PortReport(BaseModel):
@@ -37,7 +38,11 @@ class PortReport(BaseModel):
     seeds: list[int] = Field(default_factory=list)
     dtypes: list[str] = Field(default_factory=list, description="Float dtypes the check ran in.")
     unsupported_dtypes: dict[str, str] = Field(default_factory=dict, description="Dtypes the original itself fails in.")
-    size: dict[str, int] = Field(default_factory=dict, description="The dims the check ran at.")
+    size: dict[str, int] = Field(default_factory=dict, description="The dims the check ran at (the smoke size).")
+    check_size: dict[str, int] = Field(default_factory=dict, description="The second size, drawn per check and never "
+                                       "announced, the first float dtype ran at too ({} when every dim is structure).")
+    check_seed: int | None = Field(None, description="The seed of the inputs at the second size.")
+    full_checked: bool = Field(False, description="The full size was small enough to be checked as well.")
     oracle: str = Field("", description="What ran as the oracle, and where: the original on CPU (PyTorch, or a "
                         "Triton launcher under Triton's interpreter), the original on an NVIDIA GPU, or a PyTorch oracle.")
     backward: bool = Field(False, description="Gradients checked too: the original's backward vs jax.vjp of the port.")
@@ -49,7 +54,8 @@ class PortReport(BaseModel):
 
 
 def _run(pool: WorkerPool, job: dict, files: dict, timeout: float | None, outputs: int) -> tuple[dict, list]:
-    """One sandboxed port job; its result and the out_<i>.npz it wrote (read without following links)."""
+    """One sandboxed port job; its result and the out_<i>.npz it wrote (read without following links; None for
+    an input at the second size that the original failed on)."""
     res = pool.run({"kind": "port", **job}, files, timeout)
     try:
         result = res.result or {}
@@ -57,9 +63,13 @@ def _run(pool: WorkerPool, job: dict, files: dict, timeout: float | None, output
             why = result.get("error") or res.stderr_tail[-800:] or res.status
             if res.status == "timeout":
                 why = f"timed out after {res.wall_s:.0f} s"
-            return {"status": "error", "error": str(why), "traceback": str(result.get("traceback", ""))[-1500:]}, []
+            return {"status": "error", "error": str(why), "traceback": str(result.get("traceback", ""))[-1500:],
+                    **({"input": result["input"]} if isinstance(result.get("input"), int) else {})}, []
         outs = []
         for i in range(outputs):
+            if str(i) in (result.get("failed") or {}):
+                outs.append(None)
+                continue
             try:
                 outs.append(load_arrays(read_bytes(res.scratch, f"out_{i}.npz", 1 << 30)))
             except (CopyOutError, ValueError, OSError) as exc:
@@ -183,43 +193,72 @@ def check_port(spec: PortSpec, port_file: str | Path, function: str, *, seeds: i
                if spec.oracle else "the original under Triton's CPU interpreter" if spec.kind == "triton"
                else "the original in PyTorch on CPU")
         report = PortReport(ok=True, seeds=drawn, params=info.get("params", []), oracle=ran, **{**base, "kind": kind})
+        try:
+            pdims = [a for _, a in param_specs(spec, info.get("params", []), primary)]
+        except S.SpecError as exc:
+            return report.model_copy(update={"ok": False, "error": str(exc), "summary": str(exc)})
+        # The second size: drawn here, per check, never announced; the first dtype runs there too, in its jobs.
+        extra = []  # (label, dims, seed, cotangent seed)
+        check = draw_check_size(spec, pdims, bound=CHECK_BOUND)
+        if check:
+            report.check_size, report.check_seed = check, secrets.randbelow(1 << 30)
+            extra.append(("check size", check, report.check_seed, secrets.randbelow(1 << 30)))
+        everything = spec.arg_specs + pdims
+        if spec.config not in (spec.smoke, check) and \
+                elements(spec.config, everything) <= CHECK_BOUND * elements(spec.smoke, everything):
+            report.full_checked = True
+            extra.append(("full size", dict(spec.config), secrets.randbelow(1 << 30), secrets.randbelow(1 << 30)))
         for dtype in sweep:
-            try:
-                pspecs = [a for _, a in param_specs(spec, info.get("params", []), dtype)]
-            except S.SpecError as exc:
-                return report.model_copy(update={"ok": False, "error": str(exc), "summary": str(exc)})
+            pspecs = [S.ArgSpec(dtype, a.dims, a.gen) for a in pdims]
+            rows = [("smoke size", dict(spec.smoke), seed, cot) for seed, cot in zip(drawn, cot_seeds)]
+            rows += extra if dtype == primary else []
             files = {}
-            for i, seed in enumerate(drawn):
-                arrays = draw_inputs(spec.arg_specs, spec.smoke, seed, dtype) + draw_inputs(pspecs, spec.smoke, seed + 1)
+            for i, (_, dims, seed, _) in enumerate(rows):
+                arrays = draw_inputs(spec.arg_specs, dims, seed, dtype) + draw_inputs(pspecs, dims, seed + 1)
                 files[f"inputs_{i}.npz"] = Path(tmp.name) / f"{dtype}_inputs_{i}.npz"
                 save_arrays(files[f"inputs_{i}.npz"], arrays)
-            common = {"seeds": len(drawn), "static": spec.static, "n_params": len(pspecs), "backward": backward,
-                      "cot_seeds": cot_seeds}
-            progress(f"{dtype}: running the original ({'oracle ' if spec.oracle else ''}{kind}) on {len(drawn)} seeds")
+            common = {"seeds": len(rows), "static": spec.static, "n_params": len(pspecs), "backward": backward,
+                      "cot_seeds": [r[3] for r in rows]}
+            progress(f"{dtype}: running the original ({'oracle ' if spec.oracle else ''}{kind}) on {len(drawn)} seeds"
+                     + (f" and {len(rows) - len(drawn)} more at other sizes" if len(rows) > len(drawn) else ""))
             job = {"mode": "oracle", "file": ORIGINAL, "name": oname, "init": spec.init_at(spec.smoke),
+                   "inits": [spec.init_at(r[1]) for r in rows], "extra_from": len(drawn),
                    "dtype": dtype if pspecs else None, "op_kind": "function" if spec.oracle and not gpu else kind,
                    "device": "cuda" if gpu else "cpu", **common}
-            res_o, outs_o = _run(pool, job, {ORIGINAL: Path(src), **files}, timeout, len(drawn))
+            res_o, outs_o = _run(pool, job, {ORIGINAL: Path(src), **files}, timeout, len(rows))
             if res_o.get("status") != "ok":
                 if dtype != primary:
                     report.unsupported_dtypes[dtype] = str(res_o.get("error"))[:300]
                     continue
                 return report.model_copy(update={"ok": False, "error": res_o.get("error"), "hint": res_o.get("traceback", "")[-600:],
                                                  "summary": f"the original failed on CPU: {res_o.get('error')}"})
+            if res_o.get("failed"):  # the check cannot vouch for a size the original itself does not run at
+                i, why = next(iter(res_o["failed"].items()))
+                label, dims = rows[int(i)][:2]
+                error = f"the original fails at the {label} {_dims(dims)}: {why}"
+                return report.model_copy(update={"ok": False, "error": error, "summary": error,
+                                                 "hint": "the check also runs the original at a size it draws (each "
+                                                         "dim above 128 or shrunk for smoke, from half to twice its "
+                                                         "smoke size); make it run there"})
             progress(f"{dtype}: running the JAX port on the same inputs")
             job = {"mode": "candidate", "file": PORT, "name": function, **common}
-            res_c, outs_c = _run(pool, job, {PORT: port_file, **files}, timeout, len(drawn))
+            res_c, outs_c = _run(pool, job, {PORT: port_file, **files}, timeout, len(rows))
             report.dtypes.append(dtype)
             if res_c.get("status") != "ok":
-                report.per_seed.append({"dtype": dtype, "ok": False, "error": res_c.get("error")})
-                return _finish(report, {"dtype": dtype, "error": res_c.get("error"),
+                at = rows[res_c["input"]] if isinstance(res_c.get("input"), int) and res_c["input"] < len(rows) else None
+                where = {"seed": at[2], "at": at[0], "dims": at[1]} if at else {}
+                report.per_seed.append({"dtype": dtype, "ok": False, "error": res_c.get("error"), **where})
+                return _finish(report, {"dtype": dtype, "error": res_c.get("error"), **where,
                                         "traceback": res_c.get("traceback", "")[-1200:]})
-            for seed, o, c in zip(drawn, outs_o, outs_c):
-                ok, rows, why = _compare(o, c, res_o.get("n_outputs") if backward else None)
-                report.per_seed.append({"seed": seed, "dtype": dtype, "ok": ok, "outputs": rows, **({"error": why} if why else {})})
+            for (label, dims, seed, _), o, c in zip(rows, outs_o, outs_c):
+                ok, out_rows, why = _compare(o, c, res_o.get("n_outputs") if backward else None)
+                at = {} if label == "smoke size" else {"at": label, "dims": dims}
+                report.per_seed.append({"seed": seed, "dtype": dtype, "ok": ok, **at, "outputs": out_rows,
+                                        **({"error": why} if why else {})})
                 if not ok and report.mismatch is None:
-                    bad = next((r for r in rows if not r["ok"]), None)
-                    report.mismatch = {"seed": seed, "dtype": dtype, **(bad or {"reason": why})}
+                    bad = next((r for r in out_rows if not r["ok"]), None)
+                    report.mismatch = {"seed": seed, "dtype": dtype, "at": label, "dims": dims,
+                                       **(bad or {"reason": why})}
             if report.mismatch is not None:
                 break  # the verdict is in: no other dtype can make it equivalent
         return _finish(report, report.mismatch)
@@ -233,17 +272,23 @@ def _finish(report: PortReport, mismatch: dict | None) -> PortReport:
         n = len(report.seeds)
         extra = f"; the original does not run in {', '.join(report.unsupported_dtypes)}" if report.unsupported_dtypes else ""
         grads = ", gradients included" if report.backward else ""
+        second = [f"the check size {_dims(report.check_size)}"] if report.check_size else []
+        second += ["the full size"] if report.full_checked else []
+        also = f", and in {report.dtypes[0]} at {' and '.join(second)}" if second else ""
         return report.model_copy(update={"equivalent": True, "summary": f"EQUIVALENT on {n} seeds in "
-                                         f"{', '.join(report.dtypes)} at {_dims(report.size)}{grads}{extra}"})
+                                         f"{', '.join(report.dtypes)} at {_dims(report.size)}{also}{grads}{extra}"})
+    mismatch = mismatch or {}
+    at = f" at the {mismatch['at']} {_dims(mismatch['dims'])}" if mismatch.get("at") not in (None, "smoke size") else ""
     if mismatch and "error" in mismatch and "output" not in mismatch:
         return report.model_copy(update={"equivalent": False, "mismatch": mismatch, "error": mismatch["error"],
-                                         "summary": f"NOT EQUIVALENT: the port failed to run ({mismatch['dtype']}): "
+                                         "summary": f"NOT EQUIVALENT: the port failed to run{at} ({mismatch['dtype']}): "
                                                     f"{mismatch['error']}"})
     where = mismatch.get("reason") or ""
     if "gradient_of_input" in mismatch:
         where = f"the gradient of input {mismatch['gradient_of_input']} differs: {where}"
     return report.model_copy(update={"equivalent": False, "mismatch": mismatch,
-                                     "summary": f"NOT EQUIVALENT (seed {mismatch['seed']}, {mismatch['dtype']}): {where}"
+                                     "summary": f"NOT EQUIVALENT{at} (seed {mismatch['seed']}, {mismatch['dtype']}): "
+                                                f"{where}"
                                                 + (f"; port {mismatch['port']:.6g} vs original {mismatch['original']:.6g}"
                                                    if "port" in mismatch else "")})
 
@@ -259,7 +304,8 @@ def feedback_text(report: dict) -> str:
     if m.get("traceback"):
         lines.append("Traceback (end):\n" + str(m["traceback"])[-1500:])
     elif m.get("worst_index") is not None and "output" in m:
-        lines.append(f"Where: seed {m.get('seed')}, {m.get('dtype')}, output {m.get('output')} "
+        size = f" at {_dims(m['dims'])} ({m.get('at', 'smoke size')})" if m.get("dims") else ""
+        lines.append(f"Where{size}: seed {m.get('seed')}, {m.get('dtype')}, output {m.get('output')} "
                      f"(shape {m.get('shape')}), worst element {m.get('worst_index')}: port {m.get('port')}, "
                      f"original {m.get('original')}; {m.get('bad_elements')} elements off.")
     return "\n".join(x for x in lines if x)

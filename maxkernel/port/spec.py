@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import math
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import numpy as np
 
 from maxkernel.tasknew import specs as S
 
-__all__ = ["PortSpec", "parse_source", "build_spec", "draw_inputs", "gpu_here", "KINDS", "SpecError"]
+__all__ = ["PortSpec", "parse_source", "build_spec", "draw_inputs", "draw_check_size", "elements", "gpu_here",
+           "KINDS", "SpecError"]
 
 SpecError = S.SpecError
 KINDS = ("torch", "triton", "cuda")
@@ -167,6 +169,57 @@ def _draw(rng: np.random.Generator, spec: S.ArgSpec, dims: dict, seed: int, dtyp
     else:
         x = rng.standard_t(4, size=shape) / math.sqrt(2.0)
     return x.astype(np.float32).astype(out)
+
+
+def elements(dims: dict[str, int], specs: list[S.ArgSpec]) -> int:
+    """How many elements `specs` hold at `dims` (a bare number in a shape is its own size)."""
+    return sum(math.prod(dims[d] if isinstance(d, str) else int(d) for d in s.dims) for s in specs)
+
+
+def _step(name: str, smoke: int, lanes: set[str]) -> int:
+    """The alignment a drawn size keeps: the smoke size's own (128 for a lane dim, 8 for a row, else none)."""
+    if name in lanes and smoke % 128 == 0:
+        return 128
+    return 8 if smoke % 8 == 0 else 1
+
+
+def _range(smoke: int, full: int, step: int) -> tuple[int, int]:
+    """The multiples of `step` a dim is drawn from: above the smoke size up to twice it (never past the full size)
+    where the smoke size shrank it, so a port right only up to the smoke size is always caught; half to twice
+    the smoke size otherwise."""
+    lo, hi = smoke // step + 1, min(2 * smoke, full) // step
+    if smoke >= full or hi < lo:
+        lo, hi = max(1, -(-smoke // 2 // step)), max(1, 2 * smoke // step)
+    return lo, hi
+
+
+def draw_check_size(spec: PortSpec, extra: list[S.ArgSpec] = (), *, bound: float = 4.0,
+                    rng: secrets.SystemRandom | None = None) -> dict[str, int] | None:
+    """The second size of a check, drawn per check and never announced. Free dims (those the smoke size shrank,
+    and any above 128) are drawn as multiples of their smoke alignment (see _range); structure dims (at most 128
+    and at full size already: heads, head dim, experts), and a full-size dim whose size a parameter carries as a
+    bare number, stay fixed. Never the smoke size; the arguments and `extra` (a module's parameters) hold at most
+    `bound` times the smoke size's elements. None when every dim is fixed."""
+    rng = rng or secrets.SystemRandom()
+    specs = list(spec.arg_specs) + list(extra)
+    named = {d for s in spec.arg_specs for d in s.dims if isinstance(d, str)}
+    lanes = S.lane_dims(spec.arg_specs) | (set(spec.config) - named)  # --dim extras are lanes (as build_spec has it)
+    bare = {int(d) for s in extra for d in s.dims if not isinstance(d, str)}
+    free = [d for d, v in spec.smoke.items()
+            if (v != spec.config[d] or v > 128) and not (v == spec.config[d] and v in bare)]
+    if not free:
+        return None
+    smoke, limit = dict(spec.smoke), bound * elements(spec.smoke, specs)
+    steps = {d: _step(d, smoke[d], lanes) for d in free}
+    for _ in range(200):
+        size = dict(smoke)
+        for d in free:
+            size[d] = steps[d] * rng.randint(*_range(smoke[d], spec.config[d], steps[d]))
+        if size != smoke and elements(size, specs) <= limit:
+            return size
+    # Only parameters of rank 3 or more in free dims outgrow the bound often: one dim one step up (or down).
+    near = [{**smoke, d: smoke[d] + k * steps[d]} for d in free for k in (1, -1) if smoke[d] + k * steps[d] > 0]
+    return next((s for s in sorted(near, key=lambda s: elements(s, specs)) if elements(s, specs) <= limit), None)
 
 
 def draw_inputs(specs: list[S.ArgSpec], dims: dict[str, int], seed: int, dtype: str | None = None) -> list[np.ndarray]:

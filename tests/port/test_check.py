@@ -45,7 +45,12 @@ def test_held_in_ports_are_proven_equivalent(stem):
     assert r.ok and r.equivalent, r.summary
     assert len(r.seeds) == 3 and len(set(r.seeds)) == 3
     assert "float32" in r.dtypes and all(row["ok"] for row in r.per_seed)
-    assert len(r.per_seed) == 3 * len(r.dtypes)
+    # Every seed in every dtype at the smoke size, and one seed in the first dtype at the drawn check size (and
+    # at the full size where it holds at most 4x the smoke size's elements: attention's S=2048).
+    assert r.check_size and r.check_size != r.size and r.full_checked == (stem == "fused_attention")
+    assert len(r.per_seed) == 3 * len(r.dtypes) + 1 + r.full_checked
+    (second,) = [row for row in r.per_seed if row.get("at") == "check size"]
+    assert second["dims"] == r.check_size and second["seed"] == r.check_seed and second["dtype"] == r.dtypes[0]
 
 
 def test_a_wrong_port_is_caught_with_the_mismatch_location():
