@@ -194,7 +194,7 @@ def _make_hook(first):  # noqa: C901  (one closure on purpose: its state is reac
     bootstrap = sys.modules["_frozen_importlib"]
     import_files = frozenset({"<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"})
     import_entries = (bootstrap._find_and_load.__code__, bootstrap._handle_fromlist.__code__)
-    jax_dirs = tuple_(realpath(p) + sep for m in ("jax", "jaxlib") for p in sys.modules[m].__path__)
+    jax_dirs = tuple_(realpath(p) for m in ("jax", "jaxlib") for p in sys.modules[m].__path__)
 
     def add(entry) -> None:
         filename, code, globals_, scratch = entry
@@ -416,6 +416,9 @@ def _make_hook(first):  # noqa: C901  (one closure on purpose: its state is reac
         traceback filtering of an error raised under a jax call the kernel made."""
         if top is not None and among(top.f_code, frame_readers):
             return True
+        if top is not None and top.f_code.co_filename.endswith(sep + "traceback_util.py") \
+                and under(real(top.f_code.co_filename), jax_dirs):
+            return True  # jax filtering its own frames out of an error the kernel's call raised
         if entry is None:
             return False
         return among(entry.f_code, import_entries) or under(real(entry.f_code.co_filename), jax_dirs)
@@ -462,7 +465,8 @@ def _make_hook(first):  # noqa: C901  (one closure on purpose: its state is reac
         if event == "object.__getattr__":
             name = args[1]
             if name in frame_attributes and not frame_reader_ok(top, entry):
-                return f"reading {name}"
+                where = top.f_code.co_filename if top is not None else "?"
+                return f"reading {name} (from {shown(where)})"
             return None
         if event in ("object.__setattr__", "object.__delattr__"):
             return check_setattr(args, top)

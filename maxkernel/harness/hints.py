@@ -54,7 +54,10 @@ def diagnose(error_text: str, chip=None, source: str | None = None) -> Diagnosis
 
 
 # A failure whose text has several causes: the lint families, read in the kernel's source, that tell them apart.
-_SOURCE_CAUSES = {"nan_output": ("missing_init", "store_condition", "dma_sync"), "timeout": ("dma_sync",)}
+# A reduction axis marked parallel reads a stale (NaN-initialised) accumulator under the strict interpreter once
+# the reduction has several steps (the verdict's check size runs it at its real length).
+_SOURCE_CAUSES = {"nan_output": ("missing_init", "store_condition", "dma_sync", "parallel_reduction"),
+                  "timeout": ("dma_sync",)}
 
 
 def _line_of(family: str, m: re.Match, source: str | None) -> int | None:
