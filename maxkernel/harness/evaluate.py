@@ -468,20 +468,13 @@ def _with_estimate(verdict: Verdict, est) -> Verdict:
     every shrunk profiling size) must print the checked program's fingerprint (integrity.fingerprint), or the
     estimate is withheld and the kernel is not ranked. An impossible estimated speedup is rejected as a measured
     one is; a kernel estimated at its roofline floor where XLA's program is far from it is flagged."""
-    from maxkernel.harness.integrity import fingerprint_differs
+    from maxkernel.harness.integrity import priced_differs
 
     data = est.model_dump(exclude={"kernel", "baseline"})
-    prints = verdict.integrity.get("fingerprints") or {}
-    checked = prints.get("check") or prints.get("checked")
     priced = ((est.kernel.fit or {}).get("fingerprints") if est.kernel is not None else None) or []
     flags = list(verdict.flags)
     if est.ok:
-        why = None
-        if not checked or not priced:
-            why = "the priced program's fingerprint is missing, so it cannot be tied to the checked one"
-        else:
-            for fp in priced:
-                why = why or fingerprint_differs(checked, fp)
+        why = priced_differs(verdict.integrity.get("fingerprints") or {}, priced)
         if why:
             flags.append("size_dependent_program")
             return verdict.model_copy(update={"flags": flags, "estimate": {

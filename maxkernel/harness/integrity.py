@@ -9,7 +9,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 __all__ = ["Census", "census", "judge", "judge_lowering", "pallas_kernels", "lowering_disagrees", "fingerprint",
-           "fingerprint_differs", "MIN_PALLAS_SHARE", "MAX_OUTSIDE_CONTRACTION_SHARE",
+           "fingerprint_differs", "priced_differs", "MIN_PALLAS_SHARE", "MAX_OUTSIDE_CONTRACTION_SHARE",
            "MIN_WORK_RATIO", "MAX_UNKNOWN_ELEMENTS"]
 
 # A candidate must do most of its arithmetic inside pallas_call, and its matmuls/convolutions almost entirely.
@@ -341,4 +341,17 @@ def fingerprint_differs(checked: dict, priced: dict) -> str | None:
                 if n == m else f"it runs {m} kernel(s) where the checked program ran {n}")
     if checked.get("outside") != priced.get("outside"):
         return "the XLA operations around its kernels changed with the size"
+    return None
+
+
+def priced_differs(prints: dict, priced: list) -> str | None:
+    """Why the programs an estimate priced (their fingerprints) are not the program a verdict checked (its
+    integrity["fingerprints"]: the check size's, else the checked size's), or None when every one is."""
+    checked = (prints or {}).get("check") or (prints or {}).get("checked")
+    if not checked or not priced:
+        return "the priced program's fingerprint is missing, so it cannot be tied to the checked one"
+    for fp in priced:
+        why = fingerprint_differs(checked, fp)
+        if why:
+            return why
     return None

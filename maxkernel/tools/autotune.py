@@ -227,18 +227,12 @@ def _on_accelerator() -> bool:
 
 def _priced_is_not_checked(verdict, est) -> str | None:
     """Why an estimate (a cache hit by now) does not price the program the verdict checked, or None."""
-    from maxkernel.harness.integrity import fingerprint_differs
+    from maxkernel.harness.integrity import priced_differs
 
-    prints = verdict.integrity.get("fingerprints") or {}
-    checked = prints.get("check") or prints.get("checked")
-    priced = (est.fit or {}).get("fingerprints") or []
-    if not est.ok or not checked or not priced:
-        return "the priced program cannot be tied to the checked one (no fingerprint)"
-    for fp in priced:
-        why = fingerprint_differs(checked, fp)
-        if why:
-            return f"the program priced at full size is not the one checked ({why})"
-    return None
+    if not est.ok:
+        return "the priced program cannot be tied to the checked one (it has no estimate now)"
+    why = priced_differs(verdict.integrity.get("fingerprints") or {}, (est.fit or {}).get("fingerprints") or [])
+    return f"the program priced at full size is not the one checked ({why})" if why else None
 
 
 def _by_estimate(task, kernel, chip, size, configs, compiled, cache, seeds, max_configs, deadline) -> TuneResult:

@@ -111,3 +111,14 @@ def test_a_claimed_floor_where_xla_is_far_from_it_is_flagged():
     assert "claims_roofline_floor" in v.flags and v.status == "correct"
     v = _with_estimate(_verdict({"checked": FP, "check": FP}), _estimate(1.1, [FP], fraction=1.0, base_fraction=0.9))
     assert "claims_roofline_floor" not in v.flags
+
+
+def test_the_autotuner_holds_a_gated_config_to_the_same_tie():
+    from maxkernel.tools.autotune import _priced_is_not_checked
+
+    v = _verdict({"checked": FP, "check": FP})
+    same = ProgramEstimate(ok=True, program="kernel", chip="v5e", estimated_ms=1.0, fit={"fingerprints": [FP]})
+    other = ProgramEstimate(ok=True, program="kernel", chip="v5e", estimated_ms=1.0,
+                            fit={"fingerprints": [{"kernels": ["b2"], "outside": "o"}]})
+    assert _priced_is_not_checked(v, same) is None
+    assert "not the one checked" in _priced_is_not_checked(v, other)
