@@ -109,7 +109,8 @@ def test(target: Target, seeds: int, timeout: float | None, as_json: bool) -> No
 @click.command()
 @target_options()
 @click.option("--out", default=None, type=click.Path(file_okay=False),
-              help="folder for the trace (default ./profiles/<task>-<time>)")
+              help="folder for the trace (default ./profiles/<task>-<time>); nothing is written through a link "
+                   "already inside it")
 @click.option("--chip", default=None, help="chip for the roofline (default: the device, v5e on CPU)")
 def profile(target: Target, out: str | None, chip: str | None, as_json: bool) -> None:
     """Profile kernel and baseline; save an XProf trace and a per-op table."""

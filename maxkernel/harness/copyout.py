@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-__all__ = ["CopyOutError", "TreeCopy", "open_regular", "read_bytes", "read_json", "copy_tree", "MAX_FILE_BYTES",
-           "MAX_TREE_BYTES"]
+__all__ = ["CopyOutError", "TreeCopy", "open_regular", "read_bytes", "read_json", "copy_tree", "copy_tree_into",
+           "MAX_FILE_BYTES", "MAX_TREE_BYTES"]
 
 MAX_FILE_BYTES = 4 << 30  # one file: the job's own file-size rlimit (full-size arrays run to hundreds of MiB)
 MAX_TREE_BYTES = 1 << 30  # a whole profile trace
@@ -165,6 +165,88 @@ def copy_tree(scratch: Path, rel: str, dest: Path, *, file_limit: int = 256 << 2
 
     try:
         walk(root_fd, "", dest)
+    finally:
+        os.close(root_fd)
+    return out
+
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def _create_at(dir_fd: int, name: str, shown: str) -> int:
+    """An fd of regular file `name` in `dir_fd` for writing, made if absent, emptied; never through a link. A link,
+    FIFO, device, folder or file with other hard links already there is refused (CopyOutError), not written to."""
+    try:
+        fd = os.open(name, _CREATE, 0o644, dir_fd=dir_fd)  # no O_TRUNC: nothing is changed before the fstat check
+    except OSError as exc:  # ELOOP: a link (dangling or not); ENXIO: a FIFO with no reader; EISDIR: a folder
+        why = {errno.ELOOP: "a symbolic link", errno.ENXIO: "a FIFO"}.get(exc.errno, exc.strerror)
+        raise CopyOutError(f"{shown}: {why} in the destination") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        why = "not a regular file" if not stat.S_ISREG(st.st_mode) else "a file with other hard links"
+        raise CopyOutError(f"{shown}: {why} in the destination")
+    os.set_blocking(fd, True)
+    os.ftruncate(fd, 0)
+    return fd
+
+
+def copy_tree_into(scratch: Path, rel: str, dest_fd: int, *, file_limit: int = 256 << 20,
+                   total_limit: int = MAX_TREE_BYTES) -> TreeCopy:
+    """copy_tree into the open folder `dest_fd` (not closed here), where the destination is not trusted either:
+    every folder and file there is made or opened from its parent's fd without following a link, so a link already
+    in the destination (or swapped in during the copy) is skipped and named, never written through."""
+    out = TreeCopy()
+    try:
+        root_fd = _open_dir(scratch, _parts(rel))
+    except (OSError, CopyOutError) as exc:
+        raise CopyOutError(f"{rel}: cannot open the folder ({exc})") from None
+
+    def walk(dir_fd: int, prefix: str, target_fd: int) -> None:
+        with os.scandir(dir_fd) as entries:
+            names = sorted((e.name, e.is_symlink(), e.is_dir(follow_symlinks=False)) for e in entries)
+        for name, is_link, is_dir in names:
+            shown = f"{prefix}{name}"
+            if is_link:
+                out.skipped.append(f"{shown}: a symbolic link")
+            elif is_dir:
+                try:
+                    sub = os.open(name, _DIR, dir_fd=dir_fd)
+                except OSError as exc:
+                    out.skipped.append(f"{shown}/: {exc.strerror}")
+                    continue
+                try:
+                    try:
+                        os.mkdir(name, 0o755, dir_fd=target_fd)
+                    except FileExistsError:
+                        pass
+                    try:
+                        dsub = os.open(name, _DIR, dir_fd=target_fd)
+                    except OSError as exc:  # ENOTDIR: a link or a file there
+                        why = "a symbolic link or not a folder" if exc.errno in (errno.ENOTDIR, errno.ELOOP) \
+                            else exc.strerror
+                        out.skipped.append(f"{shown}/: {why} in the destination")
+                        continue
+                    try:
+                        walk(sub, f"{shown}/", dsub)
+                    finally:
+                        os.close(dsub)
+                finally:
+                    os.close(sub)
+            else:
+                try:
+                    data = _read_at(dir_fd, name, min(file_limit, total_limit - out.bytes), shown)
+                    fd = _create_at(target_fd, name, shown)
+                except CopyOutError as exc:
+                    out.skipped.append(str(exc))
+                    continue
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                out.copied.append(shown)
+                out.bytes += len(data)
+
+    try:
+        walk(root_fd, "", dest_fd)
     finally:
         os.close(root_fd)
     return out

@@ -116,9 +116,9 @@ def profile_kernel(tool_context: ToolContext, path: str = "kernel.py") -> dict:
         kernel = _kernel(path, tool_context)
     except WorkspaceError as exc:
         return _bad(exc)
-    out = workspace_dir(tool_context) / "profiles"
+    # Under the workspace, every folder on the way opened without following a link (tools/safepath.py).
     r = xprof_capture(tool_context.state["task"], kernel, tool_context.state.get("size", "smoke"),
-                      out_dir=str(out / f"{len(list(out.glob('*'))) if out.exists() else 0}"),
+                      out_root=str(workspace_dir(tool_context)),
                       chip=tool_context.state.get("chip") or get_settings().chip)
     d = r.model_dump()
     d["ops"] = d["ops"][:8]

@@ -1,4 +1,8 @@
-"""The session's scoped workspace: the only files an agent can read or write; every write is also an artifact."""
+"""The session's scoped workspace: the only files an agent can read or write; every write is also an artifact.
+
+Files are read, written and listed through `safepath`: opened by descriptor from the workspace folder, one
+component at a time, never through a symbolic link, so nothing is opened by name after a check. `resolve` stays
+for code that needs a path string (e.g. to hand a kernel file to a sandboxed job)."""
 
 from __future__ import annotations
 
@@ -7,14 +11,12 @@ from pathlib import Path
 from google.adk.tools import ToolContext
 
 from maxkernel.settings import get_settings
+from maxkernel.tools import safepath
+from maxkernel.tools.safepath import SafePathError, WorkspaceError
 
-__all__ = ["workspace_dir", "resolve", "read_file", "write_file", "list_files", "WorkspaceError"]
+__all__ = ["workspace_dir", "resolve", "read_file", "write_file", "list_files", "WorkspaceError", "SafePathError"]
 
 _MAX_BYTES = 256 * 1024
-
-
-class WorkspaceError(ValueError):
-    """A path outside the workspace, or an unusable file."""
 
 
 def workspace_dir(tool_context: ToolContext) -> Path:
@@ -26,7 +28,10 @@ def workspace_dir(tool_context: ToolContext) -> Path:
 
 
 def resolve(root: Path, rel: str) -> Path:
-    """`rel` inside `root`; refuses absolute paths, '..' escapes and symlinks that leave the workspace."""
+    """`rel` inside `root`; refuses absolute paths, '..' escapes and symlinks that leave the workspace.
+
+    A check on names only: a file opened by this name afterwards may have been swapped for a link in between.
+    Read and write workspace files with `safepath` (as read_file/write_file do), which opens them by descriptor."""
     if not rel or Path(rel).is_absolute():
         raise WorkspaceError(f"path {rel!r} refused: give a path relative to the workspace, e.g. kernel.py")
     root = root.resolve()
@@ -49,11 +54,12 @@ def read_file(path: str, tool_context: ToolContext) -> dict:
         {"path", "content"} or {"error"} when the file is missing or the path leaves the workspace.
     """
     try:
-        target = resolve(workspace_dir(tool_context), path)
-        if not target.is_file():
-            return {"error": f"no file {path!r} in the workspace; list_files shows what is there"}
-        return {"path": path, "content": target.read_text()[:_MAX_BYTES]}
-    except (WorkspaceError, UnicodeDecodeError, OSError) as exc:
+        return {"path": path, "content": safepath.read_text(_root(tool_context), path, _MAX_BYTES)}
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return {"error": f"no file {path!r} in the workspace; list_files shows what is there"}
+    except UnicodeDecodeError as exc:
+        return {"error": f"{path!r} is not UTF-8 text: {exc}"}
+    except (WorkspaceError, OSError) as exc:
         return {"error": str(exc)}
 
 
@@ -80,12 +86,9 @@ async def write_file_unchecked(path: str, content: str, tool_context: ToolContex
     if len(content.encode()) > _MAX_BYTES:
         return {"error": f"file too large (over {_MAX_BYTES} bytes)"}
     try:
-        target = resolve(workspace_dir(tool_context), path)
-    except WorkspaceError as exc:
+        safepath.write_text(_root(tool_context), path, content)
+    except WorkspaceError as exc:  # the path's shape, a link on the way, a FIFO or hard-linked file there
         return {"error": str(exc)}
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content)
     except OSError as exc:  # e.g. the path names a folder, or a name too long
         return {"error": f"could not write {path!r}: {exc}"}
     version = None
@@ -104,5 +107,12 @@ def list_files(tool_context: ToolContext) -> dict:
     Returns:
         {"files": [relative paths]}.
     """
-    root = workspace_dir(tool_context)
-    return {"files": sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())}
+    try:
+        return {"files": safepath.list_files(_root(tool_context))}
+    except (WorkspaceError, OSError) as exc:
+        return {"error": f"could not list the workspace: {exc}"}
+
+
+def _root(tool_context: ToolContext) -> Path:
+    """The workspace folder, its own links resolved (it is configuration; everything under it is opened by fd)."""
+    return workspace_dir(tool_context).resolve()

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import time
-from pathlib import Path
-from typing import Literal
+from contextlib import ExitStack, contextmanager
+from pathlib import Path, PurePosixPath
+from typing import Iterator, Literal
 
 from pydantic import BaseModel, Field
 
 from maxkernel import chips
 from maxkernel.harness.guard import jobs_guarded
-from maxkernel.harness.copyout import CopyOutError, copy_tree
+from maxkernel.harness.copyout import CopyOutError, copy_tree_into
 from maxkernel.harness.sandbox import WorkerPool
 from maxkernel.settings import get_settings
 from maxkernel.tasks import TaskError, load_task
+from maxkernel.tools import safepath
+from maxkernel.tools.safepath import WorkspaceError
 
 __all__ = ["OpRow", "Roofline", "ProfileResult", "xprof_capture", "CPU_NOTE"]
 
@@ -69,7 +73,7 @@ class ProfileResult(BaseModel):
 
 
 def xprof_capture(task: str, kernel: str, size: str = "smoke", out_dir: str | None = None, seed: int = 0,
-                  chip: str | None = None, timeout: float | None = None) -> ProfileResult:
+                  chip: str | None = None, timeout: float | None = None, out_root: str | None = None) -> ProfileResult:
     """Profiles a Pallas kernel against the task's baseline and saves the trace for XProf/TensorBoard.
 
     Both are compiled and warmed up in a sandbox, then a few runs of each are traced with jax.profiler.
@@ -80,10 +84,13 @@ def xprof_capture(task: str, kernel: str, size: str = "smoke", out_dir: str | No
         task: Suite task name (e.g. "12p_RMSNorm") or a task folder path.
         kernel: Path of the kernel file; it must define workload(*inputs) taking the task's inputs.
         size: "smoke" (CPU-sized, default) or "full".
-        out_dir: Folder for the trace (default: a new ./profiles/<task>-<timestamp>).
+        out_dir: Folder for the trace (default: a new ./profiles/<task>-<timestamp>). Without out_root it is the
+            caller's own folder and may be anywhere; nothing inside it is written through a link.
         seed: Seed of the inputs.
         chip: Chip for the roofline (e.g. "v5e", "v6e"); default the device profiled on, v5e on CPU.
         timeout: Seconds before the run is killed (default: the harness setting).
+        out_root: A folder (e.g. a session workspace) that out_dir, or the default profiles/<task>-<timestamp>,
+            is relative to and must stay inside: no link anywhere on the way is followed.
 
     Returns:
         ok, a short summary, kernel_ms and baseline_ms, the kernel's top ops (name, time per run, count,
@@ -112,10 +119,11 @@ def xprof_capture(task: str, kernel: str, size: str = "smoke", out_dir: str | No
             if res.status != "ok" or r.get("status") != "ok":
                 return _failure(res, r, kernel, time.monotonic() - t0)
             try:
-                dest = _out_dir(out_dir, spec.name)
-                # The trace folder was written by the candidate's process: regular files only, no links followed.
-                taken = copy_tree(res.scratch, job["trace_dir"], dest)
-            except (OSError, CopyOutError) as exc:
+                with _out_dir(out_dir, spec.name, out_root) as (dest, dest_fd):
+                    # The trace folder was written by the candidate's process, and the output folder may hold links
+                    # planted by another: regular files only, no link followed on either side.
+                    taken = copy_tree_into(res.scratch, job["trace_dir"], dest_fd)
+            except (OSError, CopyOutError, WorkspaceError) as exc:
                 return ProfileResult(ok=False, stage="output", error=str(exc), backend=r.get("backend", ""),
                                      summary=f"Profiled, but the trace could not be saved: {exc}")
         finally:
@@ -130,16 +138,37 @@ def xprof_capture(task: str, kernel: str, size: str = "smoke", out_dir: str | No
     return out.model_copy(update={"skipped_files": taken.skipped})
 
 
-def _out_dir(out_dir: str | None, task_name: str) -> Path:
-    if out_dir:
-        dest = Path(out_dir)
-    else:
-        stem = Path.cwd() / "profiles" / f"{task_name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        dest, n = stem, 1
-        while dest.exists():
-            dest, n = stem.with_name(f"{stem.name}-{n}"), n + 1
-    dest.mkdir(parents=True, exist_ok=True)
-    return dest.resolve()
+@contextmanager
+def _out_dir(out_dir: str | None, task_name: str, out_root: str | None = None) -> Iterator[tuple[Path, int]]:
+    """The output folder's path and an open descriptor of it, which everything in it is written from.
+
+    out_dir alone: the caller's own folder (the CLI's --out), made by name, wherever it is, even through a link of
+    theirs. Otherwise it is under out_root (default: the cwd, the MCP server's root), reached through safepath:
+    every component made or opened from its parent's fd, no link followed (a `profiles` link is refused, never
+    written through); the default is a new profiles/<task>-<timestamp>[-n] there."""
+    with ExitStack() as stack:
+        if out_dir and out_root is None:
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+            stack.callback(os.close, fd)
+            yield Path(out_dir).resolve(), fd
+            return
+        root = Path(out_root).resolve() if out_root is not None else Path.cwd()
+        if out_dir:
+            fd = stack.enter_context(safepath.make_dirs(root, out_dir))
+            yield root / PurePosixPath(out_dir), fd
+            return
+        parent = stack.enter_context(safepath.make_dirs(root, "profiles"))
+        stem = re.sub(r"[^\w.+-]", "_", task_name).lstrip(".") + f"-{time.strftime('%Y%m%d-%H%M%S')}"
+        for n in range(1000):
+            name = stem if n == 0 else f"{stem}-{n}"
+            try:
+                fd = stack.enter_context(safepath.make_dirs(parent, name, exist_ok=False))
+            except FileExistsError:
+                continue
+            yield root / "profiles" / name, fd
+            return
+        raise FileExistsError(f"no free name {stem}-N under {root / 'profiles'}")
 
 
 def _failure(res, r: dict, kernel: str, wall: float) -> ProfileResult:
