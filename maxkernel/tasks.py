@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import importlib.util
 import inspect
@@ -10,10 +12,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
+from typing import Callable
 
 import jaxbench
 
-__all__ = ["Task", "TaskError", "load_task", "DEFAULT_TOLERANCE", "FULL_SIZE_CHIPS"]
+__all__ = ["Task", "TaskError", "load_task", "DEFAULT_TOLERANCE", "FULL_SIZE_CHIPS", "sandbox_folder_code",
+           "folder_code_sandboxed", "folder_code_is_sandboxed", "current_describe"]
 
 # Fixed by the benchmark, never by a caller: max|out - ref| / max|ref| must stay below this.
 # Measured on CPU: bf16 outputs land near 2.5e-3, f32 kernels near 3e-7 (see platform-facts.md).
@@ -21,10 +25,43 @@ DEFAULT_TOLERANCE = {"bfloat16": 2e-2, "float16": 1e-2, "float32": 1e-3, "float6
 # The TPU chips a task's full size must fit (its XLA baseline's compiled program within the chip's HBM), unless its
 # baseline.py declares FITS_CHIPS, the subset it does fit.
 FULL_SIZE_CHIPS = ("v4", "v5e", "v5p", "v6e")
+_MAX_TASK_FILE = 16 << 20  # one file of a folder task handed to a job
 
 
 class TaskError(ValueError):
     """The task could not be found or does not follow the task interface."""
+
+
+# Where a folder task's code (its baseline.py, the function beside it) may run. In a person's own CLI it is their
+# code and runs in their process; in the MCP server anyone who can write into the root wrote it, so it runs only in
+# sandboxed jobs: the server knows a folder task by the facts a job read (`describe`, harness/task_facts.py).
+_PROCESS_DESCRIBE: Callable | None = None
+_DESCRIBE = contextvars.ContextVar("maxkernel_folder_code_described_by", default=None)
+
+
+def sandbox_folder_code(describe: Callable) -> None:
+    """From now on this process never imports a folder task's code (the MCP server, at start); `describe(task)`
+    returns the module-like facts a sandboxed job read."""
+    global _PROCESS_DESCRIBE
+    _PROCESS_DESCRIBE = describe
+
+
+@contextlib.contextmanager
+def folder_code_sandboxed(describe: Callable):
+    """Within: folder tasks' code runs only in sandboxed jobs (each MCP tool call; threads it starts inherit it)."""
+    token = _DESCRIBE.set(describe)
+    try:
+        yield
+    finally:
+        _DESCRIBE.reset(token)
+
+
+def current_describe() -> Callable | None:
+    return _DESCRIBE.get() or _PROCESS_DESCRIBE
+
+
+def folder_code_is_sandboxed() -> bool:
+    return current_describe() is not None
 
 
 @dataclass
@@ -33,6 +70,8 @@ class Task:
     path: Path  # the task folder
     source: str  # "jaxbench" for the shipped suite, "folder" for any other folder
     _module: ModuleType | None = field(default=None, repr=False)
+    # Set where a folder task's code runs only in sandboxed jobs: `module` is then describe(task), read by a job.
+    describe: Callable | None = field(default_factory=current_describe, repr=False)
 
     @property
     def tier(self) -> str:
@@ -57,20 +96,38 @@ class Task:
     def digest(self) -> str:
         """Content hash of baseline.py and the shared helpers (for a folder task, every file it ships to a job:
         a reference function beside baseline.py counts), for caching references."""
-        h = hashlib.sha256(self.baseline_file.read_bytes())
+        files = self.files() if self.source != "jaxbench" else {"baseline.py": self.baseline_file.read_bytes()}
+        h = hashlib.sha256(files.get("baseline.py", b""))
         common = Path(jaxbench.__file__).with_name("_common.py")
         h.update(common.read_bytes())
-        if self.source != "jaxbench":
-            for p in sorted(self.path.iterdir()):
-                if p.is_file() and p.suffix in (".py", ".json") and p.name not in ("baseline.py", "validation.json"):
-                    h.update(p.name.encode() + b"\0" + p.read_bytes())
+        for name, data in files.items():
+            if name not in ("baseline.py", "validation.json"):
+                h.update(name.encode() + b"\0" + data)
         return h.hexdigest()[:16]
 
     @property
     def module(self) -> ModuleType:
         if self._module is None:
-            self._module = _import_file(self.baseline_file, f"_maxkernel_task_{_ident(self.name)}_{self.digest}")
+            if self.described:
+                self._module = self.describe(self)
+            else:
+                self._module = _import_file(self.baseline_file, f"_maxkernel_task_{_ident(self.name)}_{self.digest}")
         return self._module
+
+    @property
+    def described(self) -> bool:
+        """Whether this process knows the task only by its facts (its code runs in sandboxed jobs alone)."""
+        return self.describe is not None and self.source != "jaxbench"
+
+    def structs(self, size: str) -> tuple[list, list]:
+        """(input, output) jax.ShapeDtypeStructs at `size`, flattened: traced here, or read by the facts job."""
+        import jax
+
+        if self.described:
+            return self.module.structs(size)
+        inputs = jax.eval_shape(lambda: self.create_inputs(size=size, seed=0))
+        outputs = jax.eval_shape(self.module.workload, *inputs)
+        return list(jax.tree_util.tree_leaves(inputs)), list(jax.tree_util.tree_leaves(outputs))
 
     @property
     def config(self) -> dict:
@@ -116,11 +173,15 @@ class Task:
     @property
     def seedable(self) -> bool:
         """Whether create_inputs takes size/seed (ours) or only dtype (a plain public JAXBench task)."""
+        if self.described:
+            return bool(self.module.SEEDABLE)
         params = inspect.signature(self.module.create_inputs).parameters
         return "seed" in params and "size" in params
 
     @property
     def default_dtype(self):
+        if self.described:
+            return self.module.DEFAULT_DTYPE
         p = inspect.signature(self.module.create_inputs).parameters.get("dtype")
         return None if p is None or p.default is inspect.Parameter.empty else p.default
 
@@ -151,8 +212,24 @@ class Task:
         into the job's scratch folder (the sandbox may not see where they live, e.g. under /tmp)."""
         if self.source == "jaxbench":
             return self.name, {}
-        files = {f"task/{p.name}": p for p in sorted(self.path.iterdir()) if p.is_file() and p.suffix in (".py", ".json")}
-        return "task", files
+        return "task", {f"task/{name}": data for name, data in self.files().items()}
+
+    def baseline_source(self) -> str:
+        """baseline.py's text (a folder's read without following a link; '' when it is one)."""
+        if self.source == "jaxbench":
+            return self.baseline_file.read_text()
+        return self.files().get("baseline.py", b"").decode(errors="replace")
+
+    def files(self) -> dict[str, bytes]:
+        """The folder's .py and .json files, read without following a link (a link in a task folder could name any
+        file the process can read, and the job would hand it to the task's code): links and non-files are left out."""
+        out = {}
+        for p in sorted(self.path.iterdir()):
+            if p.suffix in (".py", ".json") and not p.is_symlink():
+                data = _read_regular(p, _MAX_TASK_FILE)
+                if data is not None:
+                    out[p.name] = data
+        return out
 
     def tolerance(self, dtype_name: str) -> float:
         """The task's fixed error bound for outputs of `dtype_name`."""
@@ -177,11 +254,36 @@ def load_task(spec: str | Path) -> Task:
     raise TaskError(f"unknown task {text!r}: not a suite task (see `maxkernel bench list`) nor a folder with baseline.py")
 
 
+def _read_regular(path: Path, limit: int) -> bytes | None:
+    """A regular file's bytes, opened without following a link (None for a link, a device, a FIFO, too large)."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(limit + 1)[:limit]
+    finally:
+        os.close(fd)
+
+
+def _shipped(path: Path) -> bool:
+    return jaxbench.suite_root().resolve() in Path(path).resolve().parents
+
+
 def _ident(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name)
 
 
 def _import_file(path: Path, module_name: str) -> ModuleType:
+    if folder_code_is_sandboxed() and not _shipped(path):  # fail closed, whichever way a caller got here
+        raise TaskError(f"{path}: a folder task's code runs only in sandboxed jobs in this process")
     if module_name in sys.modules:
         return sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(module_name, path)

@@ -298,11 +298,8 @@ def _dims_order(task, is_kernel: bool) -> list[str]:
 
 def _io_bytes(task, size: str) -> int:
     """Bytes the inputs and the baseline's outputs occupy: what any implementation must move through HBM."""
-    import jax
-
-    structs = jax.eval_shape(lambda: task.create_inputs(size=size, seed=0))
-    outs = jax.eval_shape(task.module.workload, *structs)
-    return int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(structs) + jax.tree.leaves(outs)))
+    structs, outs = task.structs(size)
+    return int(sum(x.size * x.dtype.itemsize for x in structs + outs))
 
 
 def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) -> ProgramEstimate:

@@ -150,8 +150,9 @@ class Evaluator:
         drawn = [int(s) for s in seeds] if (exact_seeds and seeds) else draw_seeds(n)
         reps = min(5 if reps is None else reps, MAX_TIMED_SETS)
         from maxkernel.harness.checksize import draw as draw_check
+        from maxkernel.harness.task_facts import draw_remote
 
-        check = draw_check(task, size)
+        check = draw_check(task, size) if not task.described else draw_remote(task, size)
         if check:
             check = {**check, "seed": draw_seeds(1)[0]}
         timing_seeds = draw_seeds(reps) if reps > 0 else []

@@ -21,6 +21,8 @@ HANDLERS = {
     "profile": "maxkernel.harness.profile_job",
     "estimate": "maxkernel.harness.estimate_job",
     "port": "maxkernel.harness.port_job",
+    "task": "maxkernel.harness.task_job",
+    "task_build": "maxkernel.tasknew.build_job",
 }
 
 

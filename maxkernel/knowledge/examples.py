@@ -128,7 +128,7 @@ def _features(words: list[str]) -> list[str]:
 
 
 def _named(task) -> list[str]:
-    source = task.baseline_file.read_text()
+    source = task.baseline_source()
     operator = re.search(r'"operator":\s*"([^"]+)"', source)
     words = re.sub(r"^\d+[pk]_", "", task.name).replace("_", " ")
     return tokens(words) + tokens(operator.group(1) if operator else "")
@@ -137,7 +137,7 @@ def _named(task) -> list[str]:
 def query_terms(task) -> list[str]:
     """What the task computes: its name and operator words, the kernel features they imply, and the
     operations its baseline calls."""
-    source = task.baseline_file.read_text()
+    source = task.baseline_source()
     ops = re.findall(r"\b(?:jnp|jax\.nn|lax|jax\.lax|nn)\.(\w+)", source)
     doc = re.findall(r'"""(.*?)"""', source, re.S)
     named = _named(task)

@@ -113,13 +113,18 @@ async def serve_stdio(root: Path) -> None:
     """Serve one client on stdin/stdout (the SDK diverts fd 1 to stderr meanwhile: stdout carries only protocol)."""
     from mcp.server.stdio import stdio_server
 
+    from maxkernel.harness.task_facts import described
+    from maxkernel.tasks import sandbox_folder_code
+
+    sandbox_folder_code(described)  # this process never imports code from the root, whatever thread asks
     async with stdio_server() as (read, write):
         server = build_server(root)  # after the diversion: nothing printed while building reaches the wire
         await server.run(read, write, server.create_initialization_options())
 
 
 class _BearerToken:
-    """ASGI guard: a request without `Authorization: Bearer <token>` gets 401 and reaches nothing."""
+    """ASGI guard, outermost: a request without `Authorization: Bearer <token>` gets 401 and reaches nothing (not
+    even the Host/Origin check, so a refusal there tells a client without the token nothing)."""
 
     def __init__(self, app, token: str):
         self.app, self.token = app, token.encode()
@@ -136,15 +141,54 @@ class _BearerToken:
         await self.app(scope, receive, send)
 
 
-def http_app(root: Path, host: str, token: str | None):
-    """The streamable HTTP app at /mcp (DNS-rebinding protection on loopback), behind the token when one is set."""
-    app = build_server(root).streamable_http_app(host=host)
+# Binds that need no token (as spelled: maxkernel.cli.mcp keeps the same three) and stand for one another in Host.
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+_ANY = ("0.0.0.0", "::")  # every interface: the local spellings reach it too
+
+
+def _authorities(name: str, port: int, default_port: int) -> list[str]:
+    """Host header values naming NAME at PORT: IPv6 bracketed; the bare name too where PORT is the default."""
+    name = f"[{name}]" if ":" in name else name
+    return [f"{name}:{port}"] + ([name] if port == default_port else [])
+
+
+def transport_security(host: str, port: int, allow_hosts=()):
+    """The SDK's DNS-rebinding protection for a bind at HOST:PORT, on for every bind: a request whose Host header
+    is not HOST:PORT (any of the three local spellings for a local or all-interfaces bind) or whose Origin is not
+    http:// one of those is refused by the transport (421, 403) before it reaches the server. ALLOW_HOSTS,
+    (name, port or None for PORT) pairs, adds names clients use (a real DNS name), with http and https origins."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    names = ([] if host in LOCAL_HOSTS else [host]) + (list(LOCAL_HOSTS) if host in LOCAL_HOSTS + _ANY else [])
+    hosts, origins = [], []
+    for name in names:
+        for value in _authorities(name, port, 80):
+            hosts.append(value)
+            origins.append(f"http://{value}")
+    for name, extra_port in allow_hosts:
+        for scheme, default in (("http", 80), ("https", 443)):  # behind a TLS proxy, say
+            for value in _authorities(name, extra_port or port, default):
+                hosts.append(value)
+                origins.append(f"{scheme}://{value}")
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=list(dict.fromkeys(hosts)),
+                                     allowed_origins=list(dict.fromkeys(origins)))
+
+
+def http_app(root: Path, host: str, port: int, token: str | None, allow_hosts=()):
+    """The streamable HTTP app at /mcp for a bind at HOST:PORT: Host/Origin allow-lists always on (see
+    `transport_security`), behind the token when one is set (checked first)."""
+    app = build_server(root).streamable_http_app(host=host,
+                                                 transport_security=transport_security(host, port, allow_hosts))
     return _BearerToken(app, token) if token else app
 
 
-async def serve_http(root: Path, host: str, port: int, token: str | None) -> None:
+async def serve_http(root: Path, host: str, port: int, token: str | None, allow_hosts=()) -> None:
     import uvicorn
 
-    config = uvicorn.Config(http_app(root, host, token), host=host, port=port, log_level="warning",
-                            lifespan="on")
+    from maxkernel.harness.task_facts import described
+    from maxkernel.tasks import sandbox_folder_code
+
+    sandbox_folder_code(described)  # this process never imports code from the root, whatever thread asks
+    config = uvicorn.Config(http_app(root, host, port, token, allow_hosts), host=host, port=port,
+                            log_level="warning", lifespan="on")
     await uvicorn.Server(config).serve()

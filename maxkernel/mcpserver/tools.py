@@ -146,7 +146,11 @@ def is_error(result: dict) -> bool:
 class ToolHost:
     """Calls served tools for one server: arguments validated against the tool's own model, paths confined to
     `root`, session tools given a real ToolContext (an ADK session with state {task, size, chip, workspace: root}
-    in an in-memory session service, artifacts in the settings' artifact store)."""
+    in an in-memory session service, artifacts in the settings' artifact store).
+
+    Anyone who can reach the server can write into the root, so no code in the root runs in this process: every
+    call runs with folder tasks' code confined to sandboxed jobs (tasks.folder_code_sandboxed), a task folder known
+    here only by the facts a job read, make_task's function imported only inside its build job."""
 
     def __init__(self, root: Path, tools: list[ServedTool] | None = None, artifacts=None):
         from google.adk.agents import BaseAgent
@@ -159,18 +163,6 @@ class ToolHost:
         self.sessions = InMemorySessionService()
         self.artifacts = artifacts if artifacts is not None else artifact_service()
         self.agent = BaseAgent(name="mcp_client", description="An MCP client calling maxkernel's tools.")
-        # Files a client wrote through write_file. A task's baseline.py and make_task's function run in this
-        # process, outside the sandbox, so they must be the person's own: never a client's writing (as drafts.py
-        # keeps a model's own files from being handed in as the person's draft).
-        self.written: set[Path] = set()
-
-    def _not_written(self, files, what: str) -> None:
-        from maxkernel.tools.workspace import WorkspaceError
-
-        for f in files:
-            if Path(f).resolve() in self.written:
-                raise WorkspaceError(f"{what} refused: {Path(f).name} was written through this server, and that code "
-                                     "would run outside the sandbox; only the person's own files are loaded")
 
     # -- argument checks: every refusal is an error result, nothing outside the root is read ------------------
     def _task(self, task: str) -> str:
@@ -190,7 +182,6 @@ class ToolHost:
             except (OSError, ValueError) as exc:
                 raise WorkspaceError(f"task {task!r} refused: {exc}") from exc
             if target.parent == made:
-                self._not_written(target.rglob("*.py"), f"task {task!r}")
                 return str(target)
             try:
                 rel = str(target.relative_to(self.root))
@@ -202,7 +193,6 @@ class ToolHost:
         if not (target / "baseline.py").is_file():
             raise WorkspaceError(f"unknown task {task!r}: give a suite task name (list_tasks shows them) or a task "
                                  "folder with baseline.py inside the workspace root")
-        self._not_written(target.rglob("*.py"), f"task {task!r}")
         return str(target)
 
     def _check(self, tool: ServedTool, args: dict) -> dict | None:
@@ -216,11 +206,11 @@ class ToolHost:
             except WorkspaceError as exc:
                 return tool_error(str(exc), f"give a path relative to the workspace root {self.root}, e.g. kernel.py")
         function = args.get("function")
-        if tool.name == "make_task" and isinstance(function, str) and ".py:" in function:
+        if tool.name == "make_task" and isinstance(function, str) and function.rpartition(":")[0].lower().endswith(".py"):
             try:
-                self._not_written([resolve(self.root, function.rpartition(":")[0])], f"function {function!r}")
+                resolve(self.root, function.rpartition(":")[0])
             except WorkspaceError as exc:
-                return tool_error(str(exc), "name a FILE.py:FUNCTION the person wrote, inside the workspace root")
+                return tool_error(str(exc), "name a FILE.py:FUNCTION inside the workspace root")
         if tool.session:
             chip = args.get("chip")
             if isinstance(chip, str) and chip.strip():
@@ -241,9 +231,11 @@ class ToolHost:
         a cancel scope of its own: when it is cancelled, every sandboxed job it started is killed (harness/cancel.py).
         `on_event` hears one line per sandboxed job started and finished, from the harness's threads."""
         from maxkernel.harness.cancel import CancelScope, cancel_scope
+        from maxkernel.harness.task_facts import described
+        from maxkernel.tasks import folder_code_sandboxed
 
         scope = CancelScope(on_event)
-        with cancel_scope(scope):
+        with cancel_scope(scope), folder_code_sandboxed(described):
             try:
                 return await self._call(name, arguments)
             except BaseException:  # cancelled (the client's cancel, the server shutting down): kill its jobs
@@ -283,12 +275,7 @@ class ToolHost:
             detail = str(exc).split("\n\n")[0]
             return tool_error(f"{name} failed: {type(exc).__name__}: {detail}",
                               "check the arguments; if it happens again, carry on without this tool", kind="tool_crashed")
-        result = _normalised(result)
-        if tool.name == "write_file" and "bytes" in result:
-            from maxkernel.tools.workspace import resolve
-
-            self.written.add(resolve(self.root, args["path"]))
-        return result
+        return _normalised(result)
 
     async def _call_in_session(self, tool: ServedTool, args: dict) -> Any:
         from google.adk.agents.invocation_context import InvocationContext

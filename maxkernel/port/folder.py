@@ -10,7 +10,8 @@ from pathlib import Path
 
 from maxkernel.port.check import PortReport, _spec_text, param_specs
 from maxkernel.port.spec import PortSpec
-from maxkernel.tasknew.build import TaskReport, build_task
+from maxkernel.tasknew.build import TaskReport
+from maxkernel.tasknew.sandboxed import build
 
 __all__ = ["make_folder"]
 
@@ -28,7 +29,7 @@ def make_folder(spec: PortSpec, report: PortReport, port_file: str | Path, funct
     static = [f"{k}={v!r}" for k, v in spec.static.items()]
     smoke = [f"{k}={v}" for k, v in spec.smoke.items()]
     out = Path(out)
-    task = build_task(f"{port_file}:{function}", args, out, gens=gens, static=static, smoke=smoke, force=force,
+    task = build(f"{port_file}:{function}", args, out, gens=gens, static=static, smoke=smoke, force=force,
                       name=out.name, progress=progress)
     if task.ok:
         keep = out / "port"

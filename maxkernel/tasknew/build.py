@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from maxkernel.tasknew import specs as S
 from maxkernel.tasknew import template, validate
 
-__all__ = ["TaskReport", "build_task", "resolve_function"]
+__all__ = ["TaskReport", "build_task", "check_out", "resolve_function", "summary"]
 
 _MAX_SHRINKS = 8
 _SOURCE_FILE = "function.py"
@@ -58,6 +58,10 @@ def resolve_function(spec: str) -> tuple[Callable, dict, Path | None]:
     where, sep, name = spec.rpartition(":")
     if not sep or not where or not name.isidentifier():
         raise S.SpecError(f"--from {spec!r}: write FILE.py:FUNCTION or MODULE:FUNCTION")
+    from maxkernel.tasks import folder_code_is_sandboxed
+
+    if folder_code_is_sandboxed():  # fail closed: the function is imported only inside its sandboxed build job
+        raise S.SpecError(f"--from {spec!r}: a function is imported only in a sandboxed job in this process")
     if where.endswith(".py"):
         path = Path(where).expanduser()
         if not path.is_file():
@@ -102,18 +106,24 @@ def _positional_names(fn, n: int, static: dict) -> list[str]:
     return [positional[i].name if i < len(positional) else f"arg{i}" for i in range(n)]
 
 
-def build_task(function: str, args: list[str], out: str | Path, *, gens: list[str] | None = None,
-               static: list[str] | None = None, smoke: list[str] | None = None, flops: int | None = None,
-               name: str | None = None, force: bool = False, configs: list[str] | None = None,
-               progress: Callable[[str], None] = lambda msg: None) -> TaskReport:
-    """Write and validate the task; SpecError for input that cannot be understood (usage), a report with ok=False
-    (and nothing written) when the function is refused."""
-    out = Path(out).expanduser()
+def check_out(out: Path, force: bool) -> None:
+    """SpecError unless `out` may be written: absent, empty, or (with force) a task folder."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not force:
             raise S.SpecError(f"--out {out} exists and is not empty (pass --force to replace it)")
         if not (out / "baseline.py").is_file():  # --force replaces a task folder, never an arbitrary one
             raise S.SpecError(f"--out {out} is not a task folder (no baseline.py): --force only replaces task folders")
+
+
+def build_task(function: str, args: list[str], out: str | Path, *, gens: list[str] | None = None,
+               static: list[str] | None = None, smoke: list[str] | None = None, flops: int | None = None,
+               name: str | None = None, force: bool = False, configs: list[str] | None = None,
+               progress: Callable[[str], None] = lambda msg: None) -> TaskReport:
+    """Write and validate the task; SpecError for input that cannot be understood (usage), a report with ok=False
+    (and nothing written) when the function is refused. It imports the function: where that may not happen (the
+    MCP server) it refuses, and tasknew.sandboxed.build runs it in a sandboxed job instead."""
+    out = Path(out).expanduser()
+    check_out(out, force)
     if not args:
         raise S.SpecError("give at least one --arg DTYPE[DIMS]")
     gens = list(gens or [])
@@ -168,7 +178,7 @@ def build_task(function: str, args: list[str], out: str | Path, *, gens: list[st
         if out.exists():
             shutil.rmtree(out) if out.is_dir() else out.unlink()
         work.rename(out)
-        report.summary = _summary(report)
+        report.summary = summary(report)
         return report
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -268,7 +278,7 @@ def _validate(work: Path, facts: dict, sizes: dict, flops_override: int | None, 
     return checks, {"sizes": {"smoke": sizes}, "tolerance": tolerance, "flops": flops, "bytes_accessed": nbytes}
 
 
-def _summary(r: TaskReport) -> str:
+def summary(r: TaskReport) -> str:
     lines = [f"OK: task {r.name} written to {r.path}"]
     lines += [f"  {'ok  ' if c['ok'] else 'note'} {c['name']}: {c['detail']}" for c in r.checks]
     lines.append(f"next: maxkernel evaluate --task {r.path} --kernel YOUR_KERNEL.py   "

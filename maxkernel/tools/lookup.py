@@ -68,24 +68,23 @@ def task_info(tool_context: ToolContext) -> dict:
     the session's size, output dtype, error tolerance and FLOPs; and the path of a shipped reference kernel
     to learn from, if one exists (reading it is allowed).
     """
-    import jax
-
     from maxkernel.tasks import load_task
 
     task = load_task(tool_context.state["task"])
     size = tool_context.state.get("size", "smoke")
-    shapes = jax.eval_shape(lambda: task.create_inputs(size=size, seed=0))
-    outs = jax.eval_shape(task.module.workload, *shapes)
-    leaves = jax.tree_util.tree_leaves(outs)
+    shapes, leaves = task.structs(size)  # a folder task's, in a sandboxed job where its code may not run here
+    # A folder task's files are read without following links (one could name any file this process can read).
+    own = task.files() if task.source == "folder" else {"baseline.py": task.baseline_source().encode()}
     # A task made by `maxkernel task new` keeps the user's function beside baseline.py: the reference is there.
-    beside = {p.name: p.read_text(errors="replace")[:8000] for p in sorted(task.path.iterdir())
-              if task.source == "folder" and p.is_file() and p.suffix == ".py" and p.name not in ("baseline.py", "kernel.py")}
+    beside = {name: data.decode(errors="replace")[:8000] for name, data in own.items()
+              if name.endswith(".py") and name not in ("baseline.py", "kernel.py")}
     return {
         "task": task.name, "size": size, "config": task.config,
         "inputs": [f"{s.dtype}{list(s.shape)}" for s in shapes],
         "outputs": [f"{o.dtype}{list(o.shape)}" for o in leaves],
         "tolerance": {str(o.dtype): task.tolerance(str(o.dtype)) for o in leaves},
-        "flops": task.flops(size), "baseline_py": task.baseline_file.read_text(), **({"reference_files": beside} if beside else {}),
+        "flops": task.flops(size), "baseline_py": own.get("baseline.py", b"").decode(errors="replace"),
+        **({"reference_files": beside} if beside else {}),
         "examples": "read_example() shows the real kernels closest to this task (jax's own ops, the suite's, "
                     "proven ones)",
     }

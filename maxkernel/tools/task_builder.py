@@ -32,13 +32,16 @@ async def make_task(function: str, args: list[str], arg_gens: list[str] | None =
         "reason"} when the function was refused (degenerate output, too slow, does not trace); {"error"} for
         input that could not be understood.
     """
-    from maxkernel.tasknew import SpecError, build_task
+    from maxkernel.tasknew import SpecError
+    from maxkernel.tasknew.sandboxed import build
 
     if not isinstance(args, list) or not args or not all(isinstance(a, str) for a in args):
         return {"error": "args must be a list of specs like ['bf16[8192,4096]', 'f32[4096]'], one per argument"}
     where, sep, fn = (function or "").rpartition(":")
     if not sep or not where:
         return {"error": f"function {function!r}: write FILE.py:FUNCTION (FILE.py in the drafts folder) or MODULE:FUNCTION"}
+    if where.lower().endswith(".py") and not where.endswith(".py"):
+        return {"error": f"function {function!r}: name the file as FILE.py (lower-case .py)"}
     if where.endswith(".py"):
         try:
             where = str(resolve_draft(where))
@@ -51,7 +54,7 @@ async def make_task(function: str, args: list[str], arg_gens: list[str] | None =
     out = get_settings().data_dir / "tasks" / task_name
     try:
         # Validation runs the function for seconds: off the server's event loop, as judge_kernel does.
-        report = await asyncio.to_thread(build_task, f"{where}:{fn}", args, out, gens=arg_gens or [],
+        report = await asyncio.to_thread(build, f"{where}:{fn}", args, out, gens=arg_gens or [],
                                          static=static or [], name=task_name, force=True)
     except SpecError as exc:
         return {"error": str(exc)}

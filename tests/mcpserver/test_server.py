@@ -348,3 +348,21 @@ def test_http_refuses_requests_without_the_token(server):
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(req, timeout=30)
         assert err.value.code == 401
+
+
+def test_code_written_through_the_server_never_runs_in_it(server):
+    """A client writes a task folder and a function whose import records its pid; task_info and make_task do their
+    work (facts read and the task built in sandboxed jobs), and the server's pid is never recorded."""
+    from test_no_client_code import BASELINE, FUNCTION, SIDE_EFFECT, imported_here
+
+    mark = server.root.parent / f"mark-{server.kind}.txt"
+    effect = SIDE_EFFECT.format(mark=str(mark))
+    for path, text in (("evil/baseline.py", effect + BASELINE), ("fn.py", effect + FUNCTION)):
+        assert not server.call("write_file", {"path": path, "content": text}).is_error
+    info = _structured(server.call("task_info", {"task": "evil"}))
+    assert info["inputs"] == ["float32[128, 256]"], info
+    made = _structured(server.call("make_task", {"function": "fn.py:scale", "args": ["f32[T=4096,1024]"]}))
+    assert made["ok"], made
+    lines = mark.read_text().splitlines() if mark.exists() else []
+    assert not [ln for ln in lines if ln.split()[0] == str(server.server_pid)], lines
+    assert imported_here(mark) == []
