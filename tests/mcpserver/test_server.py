@@ -352,15 +352,20 @@ def test_http_refuses_requests_without_the_token(server):
 
 def test_code_written_through_the_server_never_runs_in_it(server):
     """A client writes a task folder and a function whose import records its pid; task_info and make_task do their
-    work (facts read and the task built in sandboxed jobs), and the server's pid is never recorded."""
+    work (facts read and the task built in sandboxed jobs), and the server's pid is never recorded. A link planted
+    in the task folder is neither handed to the task's job nor read."""
     from test_no_client_code import BASELINE, FUNCTION, SIDE_EFFECT, imported_here
 
     mark = server.root.parent / f"mark-{server.kind}.txt"
     effect = SIDE_EFFECT.format(mark=str(mark))
     for path, text in (("evil/baseline.py", effect + BASELINE), ("fn.py", effect + FUNCTION)):
         assert not server.call("write_file", {"path": path, "content": text}).is_error
+    (server.root / "evil" / "secret.py").symlink_to(server.root.parent / "outside.py")  # a local process's link
     info = _structured(server.call("task_info", {"task": "evil"}))
     assert info["inputs"] == ["float32[128, 256]"], info
+    assert "not for the client" not in str(info) and "secret.py" not in info.get("reference_files", {})
+    r = server.call("read_file", {"path": "evil/secret.py"})
+    assert r.is_error and "not for the client" not in str(_structured(r))
     made = _structured(server.call("make_task", {"function": "fn.py:scale", "args": ["f32[T=4096,1024]"]}))
     assert made["ok"], made
     lines = mark.read_text().splitlines() if mark.exists() else []
