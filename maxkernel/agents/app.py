@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from google.adk.apps import App
 
 from maxkernel.agents.guard import ToolGuardPlugin
@@ -12,6 +14,20 @@ from maxkernel.agents.usage import UsagePlugin
 __all__ = ["POLICIES", "build_pool", "build_root", "build_app"]
 
 POLICIES = ("auto", "hitl", "search", "port")
+
+
+class _NoAppNameHeuristic(logging.Filter):
+    """ADK guesses an app name from the folder a root agent's class was loaded from ("roots", under agents/) and
+    warns on every run that it differs from ours; our apps are named by policy on purpose, so the line is noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("App name mismatch")
+
+
+def _quiet_adk() -> None:
+    runners = logging.getLogger("google_adk.google.adk.runners")
+    if not any(isinstance(f, _NoAppNameHeuristic) for f in runners.filters):
+        runners.addFilter(_NoAppNameHeuristic())
 
 
 def build_pool(model: str | None = None, *, single_turn: bool = False) -> list:
@@ -48,4 +64,5 @@ def build_root(policy: str, model: str | None = None):
 def build_app(policy: str, model: str | None = None, *, name: str | None = None) -> App:
     """An ADK App for `policy`, with the usage plugin (LLM calls, tokens, cost, retries) and the tool guard (a tool
     never raises into the runner)."""
+    _quiet_adk()
     return App(name=name or policy, root_agent=build_root(policy, model), plugins=[UsagePlugin(), ToolGuardPlugin()])

@@ -491,7 +491,7 @@ class WorkerPool:
             dest = worker.scratch / name
             dest.parent.mkdir(parents=True, exist_ok=True)
             if isinstance(content, Path):
-                shutil.copyfile(content, dest)
+                _copy_in(content, dest)
             else:
                 dest.write_bytes(content)
         if on_start is not None:
@@ -508,6 +508,20 @@ class WorkerPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _copy_in(source: Path, dest: Path) -> None:
+    """A file handed to a job. Where folder code is sandboxed (the MCP server: every such path was resolved inside
+    its root), it is read by a walk from / that follows no link, so a file swapped for a link after the check hands
+    the job nothing outside; a person's own CLI may hand a file through a link of theirs."""
+    from maxkernel.tasks import folder_code_is_sandboxed
+
+    if not folder_code_is_sandboxed():
+        shutil.copyfile(source, dest)
+        return
+    from maxkernel.harness.copyout import MAX_FILE_BYTES, read_bytes
+
+    dest.write_bytes(read_bytes(Path("/"), os.path.abspath(source).lstrip("/"), MAX_FILE_BYTES))
 
 
 def run_job(job: dict, files: dict[str, bytes | Path] | None = None, timeout: float | None = None) -> SandboxResult:

@@ -101,8 +101,11 @@ def _positional_names(fn, n: int, static: dict) -> list[str]:
     varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
     if n < len(required) or (n > len(positional) and not varargs):
         names = ", ".join(p.name for p in positional)
-        raise S.SpecError(f"the function takes {len(required)} to {len(positional)} array arguments ({names}) after "
-                          f"--static, but {n} --arg were given")
+        count = (f"{len(required)}" if len(required) == len(positional) and not varargs
+                 else f"{len(required)} or more" if varargs else f"{len(required)} to {len(positional)}")
+        given = f"{n} --arg {'was' if n == 1 else 'were'} given"
+        raise S.SpecError(f"the function takes {count} array argument{'s' if count != '1' else ''} ({names}) after "
+                          f"--static, but {given}")
     return [positional[i].name if i < len(positional) else f"arg{i}" for i in range(n)]
 
 

@@ -37,7 +37,8 @@ class ArgSpec:
 
 
 def parse_arg(text: str) -> tuple[str, list[tuple[str | None, int]]]:
-    """'bf16[M=8192,4096]' -> ('bfloat16', [('M', 8192), (None, 4096)]); 'f32[]' is a scalar."""
+    """'bf16[M=8192,4096]' -> ('bfloat16', [('M', 8192), (None, 4096)]); 'f32[]' is a scalar; a bare name ('f32[M]')
+    is a dim another argument sizes: ('M', None), resolved by name_dims."""
     m = re.fullmatch(r"\s*([A-Za-z0-9_]+)\s*\[(.*)\]\s*", text)
     if not m:
         raise SpecError(f"--arg {text!r}: write DTYPE[DIM,...], e.g. 'bf16[8192,4096]' or 'f32[M=4096]'")
@@ -48,6 +49,9 @@ def parse_arg(text: str) -> tuple[str, list[tuple[str | None, int]]]:
     for part in filter(None, (p.strip() for p in m.group(2).split(","))):
         name, _, value = part.rpartition("=")
         name = name.strip() or None
+        if name is None and _NAME.match(value.strip()) and not value.strip().isdigit():
+            dims.append((value.strip(), None))  # a named dim given its size elsewhere
+            continue
         if name is not None and not _NAME.match(name):
             raise SpecError(f"--arg {text!r}: dim name {name!r} must be an identifier")
         try:
@@ -125,14 +129,15 @@ def parse_static(text: str) -> tuple[str, object]:
         return name.strip(), value.strip()  # a bare word is a string: mode=causal
 
 
-def name_dims(parsed: list[tuple[str, list[tuple[str | None, int]]]], gens: list[str]) -> tuple[dict, list[ArgSpec]]:
+def name_dims(parsed: list[tuple[str, list[tuple[str | None, int | None]]]], gens: list[str]) -> tuple[dict, list[ArgSpec]]:
     """Every dim gets a name: the user's, else one per distinct size (equal sizes share a name, so dims that
-    must agree keep agreeing when the size shrinks). Returns (CONFIG dims, ArgSpecs)."""
+    must agree keep agreeing when the size shrinks); a bare name takes the size another argument gives it.
+    Returns (CONFIG dims, ArgSpecs)."""
     config: dict[str, int] = {}
     by_size: dict[int, str] = {}
     for _, dims in parsed:
         for name, size in dims:
-            if name is not None:
+            if name is not None and size is not None:
                 if config.get(name, size) != size:
                     raise SpecError(f"dim {name} is given two sizes: {config[name]} and {size}")
                 config[name] = size
@@ -142,6 +147,9 @@ def name_dims(parsed: list[tuple[str, list[tuple[str | None, int]]]], gens: list
     for (dtype, dims), gen in zip(parsed, gens):
         names = []
         for name, size in dims:
+            if size is None and name not in config:
+                sized = ", ".join(config) or "none"
+                raise SpecError(f"dim {name} is never given a size: write {name}=INT in one --arg (sized dims: {sized})")
             if name is None:
                 name = by_size.get(size) or f"D{size}"
                 by_size.setdefault(size, name)

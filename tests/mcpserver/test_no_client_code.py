@@ -217,3 +217,29 @@ def test_the_facts_a_job_reads_become_what_the_harness_reads(tmp_path):
         d.workload(*ins)
     with pytest.raises(TaskError, match="sandboxed"):
         d.create_inputs(size="smoke", seed=0)
+
+
+@pytest.mark.unit
+def test_a_file_swapped_for_a_link_after_the_check_is_not_handed_to_a_job(tmp_path):
+    """The server resolves a kernel path inside its root, then hands the file to a job: a local process that swaps
+    it (or a folder on its way) for a link in between hands the job nothing, because the copy follows no link.
+    A person's own CLI may still hand a file through a link of theirs."""
+    from maxkernel.harness.copyout import CopyOutError
+    from maxkernel.harness.sandbox import _copy_in
+    from maxkernel.harness.task_facts import described
+    from maxkernel.tasks import folder_code_sandboxed
+
+    (tmp_path / "secret.txt").write_text("SECRET")
+    (tmp_path / "root" / "real").mkdir(parents=True)
+    (tmp_path / "root" / "real" / "k.py").write_text("x = 1\n")
+    (tmp_path / "root" / "kernel.py").symlink_to(tmp_path / "secret.txt")
+    (tmp_path / "root" / "via").symlink_to(tmp_path / "root" / "real")
+    dest = tmp_path / "dest.py"
+    _copy_in(tmp_path / "root" / "kernel.py", dest)
+    assert dest.read_text() == "SECRET"  # the CLI: the person's own link
+    with folder_code_sandboxed(described):
+        for linked in (tmp_path / "root" / "kernel.py", tmp_path / "root" / "via" / "k.py"):
+            with pytest.raises(CopyOutError, match="link"):
+                _copy_in(linked, tmp_path / "never.py")
+        _copy_in(tmp_path / "root" / "real" / "k.py", dest)
+    assert dest.read_text() == "x = 1\n" and not (tmp_path / "never.py").exists()

@@ -13,7 +13,7 @@ def test_arg_specs_parse_dtype_shape_and_names():
     assert S.parse_arg("bf16[M=8192, 4096]") == ("bfloat16", [("M", 8192), (None, 4096)])
     assert S.parse_arg("i32[]") == ("int32", [])
     for bad, says in [("bf17[8]", "unknown dtype"), ("bf16(8)", r"DTYPE\[DIM"), ("f32[0]", "positive"),
-                      ("f32[x]", "positive integer"), ("f32[1M=8]", "identifier")]:
+                      ("f32[3.5]", "positive integer"), ("f32[1M=8]", "identifier")]:
         with pytest.raises(S.SpecError, match=says):
             S.parse_arg(bad)
 
@@ -57,3 +57,12 @@ def test_smoke_sizes_keep_alignment_and_structure():
     assert smaller == {**smoke, "D": 256}  # V and S cannot halve and keep 8-alignment; D can and keep 128
     assert S.smoke_dims({"S": 1002}) == {"S": 501}  # no alignment to keep
     assert S.shrink_further({"H": 64}, {"H": 64}) is None
+
+
+def test_a_bare_name_reuses_a_dim_another_argument_sizes():
+    """`f32[N]` after `bf16[M=64,N=128]` is the same N (it used to be refused as 'not a positive integer')."""
+    assert S.parse_arg("f32[N]") == ("float32", [("N", None)])
+    config, specs = S.name_dims([S.parse_arg("bf16[M=64,N=128]"), S.parse_arg("f32[N]")], ["normal", "normal"])
+    assert config == {"M": 64, "N": 128} and specs[1].dims == ("N",)
+    with pytest.raises(S.SpecError, match="K is never given a size"):
+        S.name_dims([S.parse_arg("f32[K]")], ["normal"])

@@ -153,7 +153,7 @@ def test_index_inputs_take_their_range_from_a_dim(ops, tmp_path):
 
 
 @pytest.mark.parametrize("args,kw,says", [
-    (["f32[8]"], {"static": ["eps=1"]}, "takes 3 to 3 array arguments"),
+    (["f32[8]"], {"static": ["eps=1"]}, "takes 3 array arguments .* but 1 --arg was given"),
     (["f32[8]"] * 5, {}, "5 --arg were given"),
     (["f32[8]"] * 3, {"gens": ["int:0:4"]}, "does not fit float32"),
 ])

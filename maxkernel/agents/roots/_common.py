@@ -19,10 +19,14 @@ _SIZE = re.compile(r"\b(smoke|full)\b")
 
 
 def one_line(text: str | None, limit: int = 200) -> str:
-    """A message folded onto one line and cut at `limit` characters: a multi-line error keeps its reason
-    ("compile_kernel for v5e failed:\n<why>" reads "compile_kernel for v5e failed: <why>")."""
+    """A message folded onto one line, at most `limit` characters: a multi-line error keeps its reason
+    ("compile_kernel for v5e failed:\n<why>" reads "compile_kernel for v5e failed: <why>"), and a long one is cut in
+    the middle, so both its subject and its end (the figure, the reason, the path) survive."""
     flat = " ".join((text or "").split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    if len(flat) <= limit:
+        return flat
+    head = (limit - 1) * 3 // 5
+    return flat[:head] + "…" + flat[len(flat) - (limit - 1 - head):]
 
 
 def find_task(text: str) -> str | None:
