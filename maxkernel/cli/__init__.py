@@ -1,4 +1,4 @@
-"""The `maxkernel` command line (cli.md is the contract: --json on stdout, one-line errors, exit codes 0/1/2)."""
+"""The `maxkernel` command line (docs/cli.md is the contract: --json on stdout, one-line errors, exit codes 0/1/2)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def _one_line(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 ran, 1 internal failure, 2 usage error, 130 interrupted)."""
+    """Run the command line; returns the exit code: 0 the good answer (correct, compiles, passes, ...), 1 a bad answer
+    (printed first) or an internal failure (one line on stderr, nothing on stdout), 2 usage error, 130 interrupted."""
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
     try:
         rv = cli.main(args=argv, prog_name="maxkernel", standalone_mode=False)

@@ -14,8 +14,8 @@ import click
 
 from maxkernel import pysource
 
-__all__ = ["UsageError", "Target", "preflight", "target_options", "json_option", "emit", "progress", "track",
-           "check_task", "check_size", "check_chip"]
+__all__ = ["UsageError", "Target", "preflight", "target_options", "chip_option", "json_option", "emit", "progress",
+           "track", "check_task", "check_size", "check_chip", "target_chips", "resolve_chip", "use_chip"]
 
 SIZES = ("smoke", "full")
 
@@ -32,21 +32,54 @@ def _complete_task(ctx, param, incomplete: str):
 
 
 def _complete_chip(ctx, param, incomplete: str):
-    from maxkernel.chips import CHIPS
-
-    return [click.shell_completion.CompletionItem(n) for n in (*CHIPS, "native") if n.startswith(incomplete)]
+    return [click.shell_completion.CompletionItem(n) for n in (*target_chips(), "native") if n.startswith(incomplete)]
 
 
 # -- pre-flight: cheap checks, no jax import, well under a second -----------------------------------------
-def check_chip(name: str, *, allow_native: bool = True) -> str:
+def target_chips(*, tpu_only: bool = False) -> list[str]:
+    """The chips a kernel can be compiled, judged or estimated for: the TPUs, and the GPUs unless `tpu_only`.
+    The table's cpu entry is not one: it only gives CPU figures a scale, and no compiler targets it."""
+    from maxkernel.chips import CHIPS
+
+    return [n for n, c in CHIPS.items() if c.is_tpu or (c.platform == "gpu" and not tpu_only)]
+
+
+def check_chip(name: str, *, allow_native: bool = True, tpu_only: bool = False, source: str = "--chip") -> str:
+    """The table's name for chip `name`, or a UsageError naming the valid chips (`source` says where the name came
+    from: the option, or the setting that supplied its default)."""
     from maxkernel import chips
 
     if allow_native and name == "native":
         return name
+    valid = ", ".join(target_chips(tpu_only=tpu_only) + (["native"] if allow_native else []))
+    where = "" if source == "--chip" else f" (from {source})"
     try:
-        return chips.get(name).name
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        chip = chips.get(name)
+    except ValueError:
+        raise UsageError(f"unknown chip {name!r}{where}; valid chips: {valid}") from None
+    if chip.platform == "cpu":
+        raise UsageError(f"{source} {name}: the CPU is not a target chip (Pallas kernels run there only in interpret "
+                         f"mode); valid chips: {valid}")
+    if tpu_only and not chip.is_tpu:
+        raise UsageError(f"{source} {chip.name}: TPU estimates need a TPU chip ({valid})")
+    return chip.name
+
+
+def resolve_chip(name: str | None, *, allow_native: bool = True, tpu_only: bool = False) -> str:
+    """--chip's value checked, or without one the settings' chip (MAXKERNEL_CHIP, default v5e), checked too."""
+    if name is not None:
+        return check_chip(name, allow_native=allow_native, tpu_only=tpu_only)
+    from maxkernel.settings import get_settings
+
+    return check_chip(get_settings().chip, allow_native=allow_native, tpu_only=tpu_only, source="MAXKERNEL_CHIP")
+
+
+def use_chip(chip: str) -> None:
+    """Make `chip` the target of all this process runs: the harness, the agents and the search read the settings'
+    chip, so --chip overrides it there, as every command-line option overrides its setting."""
+    from maxkernel.settings import get_settings
+
+    get_settings().chip = chip
 
 
 def check_task(spec: str):
@@ -102,9 +135,10 @@ class Target:
     chip: str | None
 
 
-def preflight(task: str, kernel: str | None, size: str, chip: str | None = None) -> Target:
+def preflight(task: str, kernel: str | None, size: str, chip: str | None = None, *, allow_native: bool = True,
+              tpu_only: bool = False) -> Target:
     """Every cheap check, cheapest first, before anything heavy starts; UsageError on the first failure."""
-    chip = check_chip(chip) if chip is not None else None
+    chip = check_chip(chip, allow_native=allow_native, tpu_only=tpu_only) if chip is not None else None
     kernel_path = check_kernel(kernel) if kernel is not None else None
     t = check_task(task)
     return Target(task=t, kernel=kernel_path, size=check_size(t, size), chip=chip)
@@ -115,15 +149,33 @@ def json_option(fn: Callable) -> Callable:
     return click.option("--json", "as_json", is_flag=True, help="print one JSON document on stdout")(fn)
 
 
+def chip_option(*, what: str, allow_native: bool = True, tpu_only: bool = False,
+                default: str = "the settings' chip (MAXKERNEL_CHIP, v5e unless set)") -> Callable:
+    """--chip (as `chip_name`, None when not given), the same option on every command that judges or estimates
+    for a chip; its help names the chips the command accepts."""
+    chips = ", ".join(target_chips(tpu_only=tpu_only)) + (" or native (the attached device)" if allow_native else "")
+    return click.option("--chip", "chip_name", default=None, metavar="CHIP", shell_complete=_complete_chip,
+                        help=f"{what}: {chips}; default {default}")
+
+
 def target_options(*, size: str = "smoke", chip: str | None = None, chip_help: str | None = None,
-                   kernel: bool = True) -> Callable:
-    """--task, --kernel, --size (and --chip when `chip` gives its default), checked by `preflight` and handed to
-    the command as one `target: Target` argument; --json as `as_json`."""
+                   allow_native: bool = True, tpu_only: bool = False, kernel: bool = True) -> Callable:
+    """--task, --kernel, --size and --chip, checked by `preflight` and handed to the command as one
+    `target: Target` argument; --json as `as_json`.
+
+    `chip`: None for no --chip; "settings" for a --chip that defaults to the settings' chip (Target.chip is always
+    a checked name); "device" for one that defaults to none (Target.chip None: the command reads the device).
+    `chip_help` says what the chip is for."""
+    if chip not in (None, "settings", "device"):
+        raise ValueError(f"chip={chip!r}: use None, 'settings' or 'device'")
 
     def decorate(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def wrapper(*args, task, kernel_file=None, size_name, chip_name=None, **kw):
-            return fn(*args, target=preflight(task, kernel_file, size_name, chip_name), **kw)
+            if chip == "settings":  # the chip first, as preflight does: cheapest check first
+                chip_name = resolve_chip(chip_name, allow_native=allow_native, tpu_only=tpu_only)
+            return fn(*args, target=preflight(task, kernel_file, size_name, chip_name, allow_native=allow_native,
+                                              tpu_only=tpu_only), **kw)
 
         opts = [click.option("--task", required=True, shell_complete=_complete_task,
                              help="a suite task name (8p_GEMM) or a JAXBench-style task folder")]
@@ -133,9 +185,8 @@ def target_options(*, size: str = "smoke", chip: str | None = None, chip_help: s
         opts.append(click.option("--size", "size_name", default=size, show_default=True, type=click.Choice(SIZES),
                                  help="smoke = CPU-sized inputs, full = benchmark-sized"))
         if chip is not None:
-            opts.append(click.option("--chip", "chip_name", default=chip, show_default=True,
-                                     shell_complete=_complete_chip,
-                                     help=chip_help or "v4, v5e, v5p, v6e, 7x, h100, h200 or native"))
+            opts.append(chip_option(what=chip_help or "target chip", allow_native=allow_native, tpu_only=tpu_only,
+                                    **({"default": "the attached device (v5e on a CPU)"} if chip == "device" else {})))
         for opt in reversed(opts):
             wrapper = opt(wrapper)
         return json_option(wrapper)
@@ -144,12 +195,15 @@ def target_options(*, size: str = "smoke", chip: str | None = None, chip_help: s
 
 
 # -- output -----------------------------------------------------------------------------------------------
-def emit(as_json: bool, payload, text: str) -> None:
-    """The command's result: one JSON document with --json, else the text; always on stdout."""
+def emit(as_json: bool, payload, text: str, *, ok: bool = True) -> None:
+    """The command's result: one JSON document with --json, else the text; always on stdout. `ok=False` (the
+    command worked and its answer is the bad one: incorrect, failed to compile, not estimated) exits 1 after it."""
     if as_json:
         click.echo(json.dumps(payload, indent=2, default=str))
     else:
         click.echo(text)
+    if not ok:
+        raise click.exceptions.Exit(1)
 
 
 def progress(msg: str) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from maxkernel.cli._common import SIZES, UsageError, check_size, check_task, emit, json_option, progress, track
+from maxkernel.cli._common import (SIZES, UsageError, check_size, check_task, chip_option, emit, json_option, progress,
+                                   resolve_chip, track, use_chip)
 
 __all__ = ["bench"]
 
@@ -44,7 +45,8 @@ def bench_list(suite: str, as_json: bool) -> None:
 @json_option
 def bench_run(tasks: tuple[str, ...], all_tasks: bool, suite: str, size: str, reps: int, no_reference: bool,
               as_json: bool) -> None:
-    """Time the XLA baselines (and reference kernels) on this machine's backend."""
+    """Time the XLA baselines (and reference kernels) on this machine's backend. Exit 0 every task timed, 1 some
+    task could not be (its row says why; the others' figures are kept), 2 usage."""
     import jaxbench
 
     if all_tasks == bool(tasks):
@@ -68,7 +70,7 @@ def bench_run(tasks: tuple[str, ...], all_tasks: bool, suite: str, size: str, re
         ref = r.get("reference_kernel")
         extra = f"  reference kernel {ref['median_ms']:.3f} ms" if ref else ""
         lines.append(f"{r['name']:<58} {r['median_ms']:>10.3f} ms ±{r['iqr_ms']:.3f}  {r['backend']}{extra}")
-    emit(as_json, {"size": size, "tasks": results}, "\n".join(lines))
+    emit(as_json, {"size": size, "tasks": results}, "\n".join(lines), ok=not any("error" in r for r in results))
 
 
 def _task_list(tasks: tuple[str, ...], all_tasks: bool, suite: str = "jaxbench") -> list[str]:
@@ -90,16 +92,22 @@ def _task_list(tasks: tuple[str, ...], all_tasks: bool, suite: str = "jaxbench")
 @click.option("--mode", default="auto", show_default=True, type=click.Choice(["auto", "search"]))
 @click.option("--model", default=None, help="model for every agent: gemini-*, provider/model (LiteLLM) or replay")
 @click.option("--size", default="smoke", show_default=True, type=click.Choice(SIZES))
+@chip_option(what="chip the kernels are written for (in auto mode on attached TPU hardware, the attached one wins)",
+             allow_native=False)
 @click.option("--out", default=None, type=click.Path(file_okay=False),
               help="results folder; re-running with it resumes (default runs/bench-agent)")
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="tasks run at once")
 @json_option
-def bench_agent(tasks, all_tasks, suite, mode, model, size, out, concurrency, as_json) -> None:
-    """Run the agent over many tasks, resumable; fast_p summary (per suite when there are two)."""
+def bench_agent(tasks, all_tasks, suite, mode, model, size, chip_name, out, concurrency, as_json) -> None:
+    """Run the agent over many tasks, resumable; fast_p summary (per suite when there are two). Exit 0 when every
+    task has its record (an incorrect kernel is a measured result), 1 when some task ended in agent_error (a
+    re-run with the same --out retries those), 2 usage."""
+    chip = resolve_chip(chip_name, allow_native=False)
     names = _task_list(tasks, all_tasks, suite)
     from maxkernel.bench_agent import BenchError, run_bench_agent
     from maxkernel.evals.stats import FAST_P, fast_key
 
+    use_chip(chip)  # every task's loop or search reads the settings' chip
     try:
         doc = run_bench_agent(names, mode=mode, model=model, out=out, concurrency=concurrency, progress=progress,
                               size=size)
@@ -119,7 +127,7 @@ def bench_agent(tasks, all_tasks, suite, mode, model, size, out, concurrency, as
     if doc.get("skipped"):
         lines.append(f"skipped {len(doc['skipped'])}: {doc['skipped'][0]['reason']}")
     lines.append(f"records in {doc['out']}/records; `maxkernel report {doc['out']}` renders them")
-    emit(as_json, doc, "\n".join(lines))
+    emit(as_json, doc, "\n".join(lines), ok=not any(r.get("failure") == "agent_error" for r in doc["tasks"]))
 
 
 @bench.command("evalset")

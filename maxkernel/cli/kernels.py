@@ -1,10 +1,13 @@
-"""The kernel tools as commands: evaluate (the trusted verdict), compile, test, profile, autotune."""
+"""The kernel tools as commands: evaluate (the trusted verdict), compile, estimate, test, profile, autotune.
+
+Each exits 0 when its answer is the good one (correct, compiles, estimated, passes, profiled, a config found) and 1,
+after printing the same result, when it is not (docs/cli.md)."""
 
 from __future__ import annotations
 
 import click
 
-from maxkernel.cli._common import Target, check_chip, emit, progress, target_options
+from maxkernel.cli._common import Target, emit, progress, target_options, use_chip
 
 __all__ = ["COMMANDS", "evaluate", "compile_cmd", "estimate", "test", "profile", "autotune"]
 
@@ -15,14 +18,16 @@ def _spec(target: Target) -> str:
 
 
 @click.command()
-@target_options()
+@target_options(chip="settings", allow_native=False,
+                chip_help="chip the verdict is for (the TPU estimate off a TPU, the trace checks, the hint)")
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1),
               help="number of input seeds (drawn fresh for every evaluation)")
 @click.option("--replay-seeds", default=None, metavar="S1,S2,...",
               help="replay an earlier verdict: use exactly these seeds (from its correctness.seeds)")
 @click.option("--timeout", default=None, type=click.FloatRange(min=0, min_open=True), help="seconds for the candidate run")
 def evaluate(target: Target, seeds: int, replay_seeds: str | None, timeout: float | None, as_json: bool) -> None:
-    """The trusted verdict on a kernel: sandboxed, multi-seed, integrity-checked."""
+    """The trusted verdict on a kernel: sandboxed, multi-seed, integrity-checked. Exit 0 correct, 1 any other
+    verdict (incorrect, error, timeout, rejected, unverifiable_on_cpu), 2 usage."""
     from maxkernel.cli._common import UsageError
     from maxkernel.harness.evaluate import evaluate as run_evaluate
 
@@ -34,6 +39,7 @@ def evaluate(target: Target, seeds: int, replay_seeds: str | None, timeout: floa
             raise UsageError(f"--replay-seeds takes integers separated by commas, not {replay_seeds!r}") from None
         if not exact or any(s < 0 for s in exact):
             raise UsageError("--replay-seeds needs at least one non-negative seed")
+    use_chip(target.chip)  # the evaluator reads the settings' chip
     what = f"seeds {exact}" if exact else f"{seeds} fresh seeds"
     progress(f"evaluating {target.kernel} on {target.task.name} ({target.size}, {what}) in a sandbox")
     v = run_evaluate(target.task, target.kernel, size=target.size, seeds=exact or [0] * seeds,
@@ -56,30 +62,27 @@ def evaluate(target: Target, seeds: int, replay_seeds: str | None, timeout: floa
     for name, c in v.configs.items():
         speed = f", speedup {c['speedup']:.3f}x" if c.get("speedup") else ""
         lines.append(f"  config {name} ({c['size']}): {c['status']}{speed}" + (f": {c['reason'][:160]}" if c["reason"] else ""))
-    emit(as_json, v.model_dump(), "\n".join(lines))
+    emit(as_json, v.model_dump(), "\n".join(lines), ok=v.status == "correct")
 
 
 @click.command("compile")
-@target_options(size="full", chip="v5e")
+@target_options(size="full", chip="settings", chip_help="chip to compile for")
 def compile_cmd(target: Target, as_json: bool) -> None:
-    """Deviceless TPU compile (libtpu) or GPU lowering of a kernel."""
+    """Deviceless TPU compile (libtpu) or GPU lowering of a kernel. Exit 0 compiles, 1 does not, 2 usage."""
     from maxkernel.tools.compile_pallas import compile_pallas
 
     progress(f"compiling {target.kernel} for {target.chip} ({target.size} shapes) in a sandbox")
     r = compile_pallas(_spec(target), str(target.kernel), target.chip, target.size)
-    emit(as_json, r.model_dump(), r.summary + (f"\n{r.error}" if r.error else ""))
+    emit(as_json, r.model_dump(), r.summary + (f"\n{r.error}" if r.error else ""), ok=r.ok)
 
 
 @click.command()
-@target_options(size="full", chip="v5e", chip_help="TPU chip: v4, v5e, v5p, v6e or 7x")
+@target_options(size="full", chip="settings", allow_native=False, tpu_only=True, chip_help="TPU chip to estimate for")
 def estimate(target: Target, as_json: bool) -> None:
-    """Estimated TPU time of a kernel and of the task's baseline, on a CPU (libtpu's static profile)."""
-    from maxkernel import chips
-    from maxkernel.cli._common import UsageError
+    """Estimated TPU time of a kernel and of the task's baseline, on a CPU (libtpu's static profile). Exit 0
+    estimated, 1 not (the kernel does not compile, a profile failed), 2 usage."""
     from maxkernel.tools.estimate_tpu import estimate_tpu_time
 
-    if not chips.get(target.chip).is_tpu:
-        raise UsageError(f"--chip {target.chip}: TPU estimates need a TPU chip (v4, v5e, v5p, v6e, 7x)")
     progress(f"estimating {target.kernel} and the {target.task.name} baseline on {target.chip} ({target.size} size): "
              "profiled compiles on shrunk shapes in sandboxes")
     r = estimate_tpu_time(_spec(target), str(target.kernel), target.chip, target.size)
@@ -90,7 +93,7 @@ def estimate(target: Target, as_json: bool) -> None:
         lines += [f"limit: {x}" for x in r.limits]
     emit(as_json, r.model_dump(exclude={"kernel", "baseline"}) | {"programs": {
         "kernel": r.kernel.model_dump() if r.kernel else None,
-        "baseline": r.baseline.model_dump() if r.baseline else None}}, "\n".join(lines))
+        "baseline": r.baseline.model_dump() if r.baseline else None}}, "\n".join(lines), ok=r.ok)
 
 
 @click.command()
@@ -98,44 +101,47 @@ def estimate(target: Target, as_json: bool) -> None:
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1))
 @click.option("--timeout", default=None, type=click.FloatRange(min=0, min_open=True), help="seconds")
 def test(target: Target, seeds: int, timeout: float | None, as_json: bool) -> None:
-    """Strict correctness run (TPU interpreter on CPU: races, out-of-bounds, NaN-initialised scratch)."""
+    """Strict correctness run (TPU interpreter on CPU: races, out-of-bounds, NaN-initialised scratch). Exit 0
+    passes, 1 fails, 2 usage."""
     from maxkernel.tools.run_tests import run_tests
 
     progress(f"testing {target.kernel} on {target.task.name} ({target.size}) under the strict interpreter in a sandbox")
     r = run_tests(_spec(target), str(target.kernel), target.size, seeds=seeds, timeout=timeout)
-    emit(as_json, r.model_dump(), r.summary)
+    emit(as_json, r.model_dump(), r.summary, ok=r.ok)
 
 
 @click.command()
-@target_options()
+@target_options(chip="device", allow_native=False, chip_help="chip for the roofline")
 @click.option("--out", default=None, type=click.Path(file_okay=False),
               help="folder for the trace (default ./profiles/<task>-<time>); nothing is written through a link "
                    "already inside it")
-@click.option("--chip", default=None, help="chip for the roofline (default: the device, v5e on CPU)")
-def profile(target: Target, out: str | None, chip: str | None, as_json: bool) -> None:
-    """Profile kernel and baseline; save an XProf trace and a per-op table."""
+def profile(target: Target, out: str | None, as_json: bool) -> None:
+    """Profile kernel and baseline; save an XProf trace and a per-op table. Exit 0 profiled, 1 the profile failed,
+    2 usage."""
     from maxkernel.tools.xprof_capture import xprof_capture
 
-    if chip is not None:
-        chip = check_chip(chip, allow_native=False)
+    chip = target.chip
     progress(f"profiling {target.kernel} against the {target.task.name} baseline ({target.size}) in a sandbox")
     r = xprof_capture(_spec(target), str(target.kernel), target.size, out_dir=out, chip=chip)
     lines = [r.summary]
     lines += [f"  {o.name:<48} {o.time_ms:>10.3f} ms  x{o.count:g}  {o.share:.0%}" for o in r.ops[:10]]
     if r.trace:
         lines.append(f"trace: {r.trace}")
-    emit(as_json, r.model_dump(), "\n".join(lines))
+    emit(as_json, r.model_dump(), "\n".join(lines), ok=r.ok)
 
 
 @click.command()
-@target_options(chip="v5e", chip_help="chip for VMEM/compile pruning")
+@target_options(chip="settings", chip_help="chip for VMEM/compile pruning")
 @click.option("--max-configs", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option("--time-budget", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="seconds")
 def autotune(target: Target, max_configs: int, time_budget: float, as_json: bool) -> None:
-    """Search the kernel's TUNABLES: compile-prune, correctness-gate, time."""
+    """Search the kernel's TUNABLES: compile-prune, correctness-gate, time. Exit 0 a correct config was found,
+    1 none, 2 usage."""
     from maxkernel.tools.autotune import autotune as run_autotune
 
+    if target.chip != "native":
+        use_chip(target.chip)  # the correctness gate's evaluations are for the same chip
     progress(f"autotuning {target.kernel} ({target.chip} pruning, timing at {target.size}); "
              "this runs many sandboxed jobs")
     r = run_autotune(_spec(target), str(target.kernel), chip=target.chip, size=target.size, max_configs=max_configs,
@@ -146,7 +152,7 @@ def autotune(target: Target, max_configs: int, time_budget: float, as_json: bool
         return "" if t.median_ms is None else f"{t.median_ms:.3f} ms"
 
     lines = [r.summary] + [f"  {t.outcome:<9} {t.config}  {figure(t)}" for t in r.tried]
-    emit(as_json, r.model_dump(), "\n".join(lines))
+    emit(as_json, r.model_dump(), "\n".join(lines), ok=r.ok)
 
 
 COMMANDS = (evaluate, compile_cmd, estimate, test, profile, autotune)

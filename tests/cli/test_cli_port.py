@@ -58,7 +58,7 @@ def test_without_torch_it_says_how_to_install_and_exits_2(monkeypatch, capsys):
 @pytest.mark.unit
 @pytest.mark.parametrize("args, words", [
     (["--from", "missing.py", "--arg", "f32[8]"], "no Python file"),
-    (["--from", "SRC:attention", "--arg", "bf16[1,2,64,x]"], "not a positive integer"),
+    (["--from", "SRC:attention", "--arg", "bf16[1,2,64,x]"], "dim x is never given a size"),
     (["--from", "SRC:attention", "--arg", "f32[8]", "--jax", "nofile.py:attention"], "no file nofile.py"),
     (["--from", "SRC:attention", "--arg", "f32[8]", "--optimize"], "--optimize needs --out"),
 ])

@@ -76,11 +76,11 @@ def test_the_probe_holds_when_the_tool_runs_as_an_ordinary_user(user_dir):
            f"MAXKERNEL_DATA_DIR={home}/data", f"GOOGLE_APPLICATION_CREDENTIALS={secret}",
            f"TPU_SERVICE_DSN=postgres://mk:{marker}@db", f"PYTHONPATH={Path(__file__).resolve().parents[2]}"]
 
-    def mk(*args):
+    def mk(*args, code=0):  # the CLI exits 1 for a bad answer (rejected, did not compile), with its JSON unchanged
         r = subprocess.run(["unshare", "-m", "--propagation", "private", str(user_dir / "run_as.sh"), *env,
                             sys.executable, *args],
                            capture_output=True, text=True, timeout=600, cwd=user_dir)
-        assert r.returncode == 0, r.stderr[-3000:]
+        assert r.returncode == code, r.stderr[-3000:]
         return json.loads(r.stdout)
 
     # The probe attacks the sandbox, so the in-process guards in front of it (the source allow-list, which
@@ -88,11 +88,11 @@ def test_the_probe_holds_when_the_tool_runs_as_an_ordinary_user(user_dir):
     v = mk("-c", "from maxkernel.harness.evaluate import Evaluator\n"
                  "with Evaluator(static_check=False, watch=False, guard=False) as ev:\n"
                  f"    print(ev.evaluate('12p_RMSNorm', {str(kernel)!r}, seeds=[0]).model_dump_json())")
-    refused = mk("-m", "maxkernel.cli", "evaluate", "--task", "12p_RMSNorm", "--kernel", str(kernel), "--json")
+    refused = mk("-m", "maxkernel.cli", "evaluate", "--task", "12p_RMSNorm", "--kernel", str(kernel), "--json", code=1)
     assert refused["status"] == "rejected" and refused["stage"] == "static", refused["reason"]
     assert v["status"] == "correct" and v["isolation"] == "bwrap", f"{v['reason']}\n{v['detail'][-1500:]}"
     c = mk("-m", "maxkernel.cli", "compile", "--task", "12p_RMSNorm", "--kernel", str(kernel), "--chip", "v5e",
-           "--size", "smoke", "--json")
+           "--size", "smoke", "--json", code=1)
     assert not c["ok"] and "maxkernel guard" in c.get("error", ""), c.get("error")  # the audit hook, first
     c = mk("-c", "from maxkernel.harness.guard import unguarded\n"  # then the sandbox alone
                  "from maxkernel.tools.compile_pallas import compile_pallas\n"
