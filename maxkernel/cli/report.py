@@ -27,6 +27,10 @@ def report(folder: str, out: str | None, as_json: bool) -> None:
     except ReportError as exc:
         raise UsageError(str(exc)) from None
     text = f"wrote {doc['markdown']}\nwrote {doc['html']}\n" + "\n".join(f"wrote {p}" for p in doc["plots"])
+    s = doc["summary"]
+    if s["speedup_source"]:
+        text += f"\nheadline figures by {s['source_label']} ({len(s['figures']['geomean_speedup']['rows'])} kernels)"
+        text += "".join(f"; apart, not folded in: {a['source_label']} ({', '.join(a['rows'])})" for a in s["apart"])
     if doc["cpu_timing"]:
         text += "\nnote: CPU results: speedups are interpreter timings, and the report says so"
     emit(as_json, doc, text)

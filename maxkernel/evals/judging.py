@@ -39,7 +39,11 @@ class Judgement:
     speedup_low: float | None = None  # from the quartiles of both timings: the spread behind `speedup`
     speedup_high: float | None = None
     reference_speedup: float | None = None  # the shipped reference kernel's speedup on the same seeds
-    speedup_vs_reference: float | None = None
+    speedup_vs_reference: float | None = None  # measured / measured: both timed on this backend
+    # The reference kernel's rank speedup and label (verdict.rank_speedup), so that a "vs reference" by the
+    # estimate compares two estimates, never an estimate with an interpreter time.
+    reference_rank_speedup: float | None = None
+    reference_rank_label: str = ""
     roofline_fraction: float | None = None  # the chip's roofline bound / the kernel's median time
     # What results are ranked and summarised by (verdict.rank_speedup): off a TPU the estimated TPU speedup where
     # the verdict carries an estimate, else the measured speedup; the label says which.
@@ -140,11 +144,12 @@ def _evaluate(evaluator, task, kernel: Path, size: str, seeds: list[int]) -> dic
     return _once(key, lambda: evaluator.evaluate(task, kernel, size=size, seeds=seeds).model_dump(mode="json"))
 
 
-def _reference_speedup(evaluator, task, size: str, seeds: list[int]) -> float | None:
+def _reference_verdict(evaluator, task, size: str, seeds: list[int]) -> dict | None:
+    """The shipped reference kernel's verdict on the same seeds; None without a correct one."""
     if task.reference_kernel is None:
         return None
     v = _evaluate(evaluator, task, task.reference_kernel, size, seeds)
-    return v.get("speedup") if v.get("status") == "correct" else None
+    return v if v.get("status") == "correct" else None
 
 
 def _roofline(evaluator, task, size: str, seeds: list[int], verdict: dict) -> tuple[float | None, str]:
@@ -189,7 +194,8 @@ def judge_kernel(task: str, kernel: str | Path | None, size: str = "smoke", *, v
     if v["status"] != "correct":
         return Judgement(**common)
     low, high = speedup_spread(v)
-    ref = _reference_speedup(evaluator, t, size, seeds)
+    ref_v = _reference_verdict(evaluator, t, size, seeds)
+    ref = ref_v.get("speedup") if ref_v else None
     speedup = v.get("speedup")
     roofline, chip = _roofline(evaluator, t, size, seeds, v)
     # Both speedups are against the XLA baseline timed the same way (in the judge's process), so their ratio
@@ -198,8 +204,10 @@ def judge_kernel(task: str, kernel: str | Path | None, size: str = "smoke", *, v
     from maxkernel.harness.verdict import rank_speedup
 
     rank, label = rank_speedup(v)
+    ref_rank, ref_label = rank_speedup(ref_v) if ref_v else (None, "")
     est = v.get("estimate") or {}
     return Judgement(**common, chip=chip, speedup=speedup, speedup_low=low, speedup_high=high,
                      reference_speedup=ref, speedup_vs_reference=vs_ref, roofline_fraction=roofline,
+                     reference_rank_speedup=ref_rank, reference_rank_label=ref_label,
                      rank_speedup=rank, rank_label=label, estimated_speedup=est.get("speedup_estimate"),
                      estimate_chip=est.get("chip"))
