@@ -118,7 +118,11 @@ def bench_agent(tasks, all_tasks, suite, mode, model, size, chip_name, out, conc
              + (f"{r['speedup']:.3g}x vs XLA" if r.get("speedup") else "") for r in doc["tasks"]]
     fast = "  ".join(f"{fast_key(p)} {s[fast_key(p)]:.0%}" for p in FAST_P if s[fast_key(p)] is not None)
     geo = f"{s['geomean_speedup']:.3g}x" if s["geomean_speedup"] else "—"
-    lines.append(f"{s['tasks']} tasks, {s['correct']} correct; {fast}; geomean speedup {geo} (correct kernels)")
+    by = f", by {s['source_label']}" if s.get("source_label") else ""
+    lines.append(f"{s['tasks']} tasks, {s['correct']} correct; {fast}; geomean speedup {geo} (correct kernels{by})")
+    for part in s.get("apart") or []:
+        lines.append(f"  not folded in: {len(part.get('rows') or [])} correct kernel(s) ranked by "
+                     f"{part.get('source_label') or part.get('source')}")
     if s["cpu_timing"]:
         lines.append("CPU: speedups are Pallas-interpreter vs XLA:CPU wall times, not TPU kernel performance")
     for name, g in (s.get("by_suite") or {}).items() if len(s.get("by_suite") or {}) > 1 else ():
