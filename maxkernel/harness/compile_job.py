@@ -1,4 +1,7 @@
-"""Sandbox job: lower a kernel for a target chip, then compile it deviceless (libtpu) or natively."""
+"""Sandbox job: lower a kernel for a target chip, then compile it deviceless (libtpu) or natively.
+
+The roofline bound is not this job's: the parent takes it from the task and the chip (harness/estimate.py
+roofline_floors), the same figure the estimate reports."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from pathlib import Path
 
 from maxkernel import chips as chips_mod
 from maxkernel.harness.candidate_job import job_guard, load_kernel
+from maxkernel.harness.integrity import pallas_kernels
 from maxkernel.tasks import load_task
 from maxkernel.harness.hints import diagnose
 
@@ -22,8 +26,10 @@ _ERROR_CHARS = 1500
 def run(job: dict, scratch: Path) -> dict:
     """job: {task, kernel (path, or file name in scratch), chip (name or "native"), size, tunables}.
 
-    Returns {ok, chip, stage, error, hint, vmem_bytes, compile_s, lower_s, flops, bytes_accessed,
-    roofline_s, roofline_source, memory}. Unknown task, chip or kernel path raise (usage errors).
+    Returns {ok, chip, stage, error, hint, vmem_bytes, compile_s, lower_s, memory, pallas_calls}. Stage "task": the
+    task's own create_inputs failed (no kernel advice). pallas_calls counts the traced program's pallas_calls
+    (integrity.pallas_kernels): 0 is XLA's own program, which compiles here (a baseline's memory check compiles
+    one) and which compile_pallas refuses as a kernel. Unknown task, chip or kernel path raise (usage errors).
     """
     import jax
 
@@ -38,11 +44,16 @@ def run(job: dict, scratch: Path) -> dict:
     chip = None if chip_name == "native" else chips_mod.get(chip_name)
 
     out = {"ok": False, "chip": chip.name if chip else "native", "stage": "lower", "error": None,
-           "hint": None, "hint_family": None, "vmem_bytes": None, "compile_s": 0.0, "lower_s": 0.0, "flops": None,
-           "bytes_accessed": None, "roofline_s": None, "roofline_source": None, "memory": None}
+           "hint": None, "hint_family": None, "vmem_bytes": None, "compile_s": 0.0, "lower_s": 0.0, "memory": None,
+           "pallas_calls": None}
 
     # Shapes only: full-size inputs are never allocated.
-    structs = jax.eval_shape(lambda: task.create_inputs(size=size, seed=0))
+    try:
+        structs = jax.eval_shape(lambda: task.create_inputs(size=size, seed=0))
+    except Exception as exc:  # noqa: BLE001  (the task's own code: its failure is the task's, not the kernel's)
+        out.update(stage="task", error=f"the task's baseline.py fails in its create_inputs at {size} size: "
+                                       f"{trim_error(exc)}")
+        return out
     try:
         module = load_kernel(kernel_path, guard=job_guard(job, scratch))
         fn = module.workload
@@ -57,7 +68,9 @@ def run(job: dict, scratch: Path) -> dict:
     t0 = time.perf_counter()
     try:
         with chips_mod.trace_context(chip):
-            jax.jit(fn).trace(*structs).lower(lowering_platforms=(chip.lowering_platform,))
+            traced = jax.jit(fn).trace(*structs)
+            out["pallas_calls"] = len(pallas_kernels(traced.jaxpr))
+            traced.lower(lowering_platforms=(chip.lowering_platform,))
     except Exception as exc:  # noqa: BLE001
         out["lower_s"] = time.perf_counter() - t0
         return _failed(out, "lower", exc, chip)
@@ -66,7 +79,6 @@ def run(job: dict, scratch: Path) -> dict:
     if not chip.is_tpu:
         # No deviceless GPU compiler is installed here: lowering (Triton/Mosaic GPU rules) is the check.
         out.update(ok=True)
-        _fill_costs(out, None, chip, task, size, structs)
         return out
 
     out["stage"] = "compile"
@@ -89,7 +101,6 @@ def run(job: dict, scratch: Path) -> dict:
         return _failed(out, "compile", exc, chip, footprint=lambda: _footprint(fn, structs, chip))
     out["compile_s"] = time.perf_counter() - t0
     out.update(ok=True, vmem_bytes=vmem_from_hlo(compiled.as_text()), memory=_memory(compiled))
-    _fill_costs(out, compiled, chip, task, size, structs)
     return out
 
 
@@ -122,12 +133,6 @@ def vmem_from_hlo(hlo_text: str) -> int | None:
             total = sum(int(size) for space, size in sizes if space == "1")  # memory space 1 is VMEM
             best = max(best or 0, total)
     return best
-
-
-def kernels_declare_costs(hlo_text: str) -> bool:
-    """Whether every Pallas kernel in the program passed a cost_estimate (else XLA counts it as free)."""
-    kernels = [ln for ln in hlo_text.splitlines() if 'custom_call_target="tpu_custom_call"' in ln]
-    return all('"cost_estimate":{' in ln for ln in kernels)
 
 
 def vmem_from_error(text: str) -> int | None:
@@ -190,7 +195,9 @@ def _native(out: dict, fn, structs, task, size) -> dict:
         return out
     t0 = time.perf_counter()
     try:
-        lowered = jax.jit(fn).trace(*structs).lower()
+        traced = jax.jit(fn).trace(*structs)
+        out["pallas_calls"] = len(pallas_kernels(traced.jaxpr))
+        lowered = traced.lower()
         out["lower_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         compiled = lowered.compile()
@@ -199,7 +206,6 @@ def _native(out: dict, fn, structs, task, size) -> dict:
         return _failed(out, "native", exc, chip)
     out["compile_s"] = time.perf_counter() - t0
     out.update(ok=True, vmem_bytes=vmem_from_hlo(compiled.as_text()), memory=_memory(compiled))
-    _fill_costs(out, compiled, chip, task, size, structs)
     return out
 
 
@@ -234,32 +240,3 @@ def _memory(compiled) -> dict | None:
     fields = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes", "alias_size_in_bytes",
               "generated_code_size_in_bytes", "peak_memory_in_bytes")
     return {f: int(getattr(ma, f)) for f in fields if hasattr(ma, f)}
-
-
-def _fill_costs(out: dict, compiled, chip, task, size, structs) -> None:
-    """flops, bytes and roofline from the compiler when it saw the whole program's cost (every Pallas
-    kernel declared a cost_estimate); else the task's FLOPs, the minimum HBM traffic (inputs read once,
-    outputs written once) and the chip table."""
-    import jax
-
-    cost = {}
-    if compiled is not None and kernels_declare_costs(compiled.as_text()):
-        try:
-            raw = compiled.cost_analysis()
-            cost = (raw[0] if isinstance(raw, (list, tuple)) else raw) or {}
-        except Exception:  # noqa: BLE001  (not every backend implements it)
-            cost = {}
-    if cost.get("flops") and cost.get("bytes accessed"):
-        out.update(flops=float(cost["flops"]), bytes_accessed=float(cost["bytes accessed"]))
-        if cost.get("optimal_seconds"):
-            out.update(roofline_s=float(cost["optimal_seconds"]), roofline_source="compiler")
-            return
-    else:
-        flops = task.flops(size)
-        outs = jax.tree.leaves(jax.eval_shape(task.module.workload, *structs))
-        nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(structs) + outs)
-        out.update(flops=float(flops) if flops else None, bytes_accessed=float(nbytes))
-    if chip.nominal and chip.platform != jax.default_backend():
-        return  # an accelerator the table does not know: no honest peak to divide by
-    out.update(roofline_s=chips_mod.roofline_seconds(chip, out["flops"] or 0.0, out["bytes_accessed"] or 0.0),
-               roofline_source="chip_table")

@@ -7,7 +7,9 @@ reduction axes kept) in a fresh, memory-guarded sandboxed process, fitting cycle
 the full size's parallel work) and reading it at x = 1. Ops the profiler prices at 0 cycles (copies, broadcasts,
 gathers) are filled with their bytes over the chip's bandwidth. The floors never come from the candidate alone: FLOPs
 are the task's, bytes are the larger of what the inputs and outputs must move and what the BlockSpecs and grid
-fetch. Every figure is an estimate, labelled so, never a measured time.
+fetch. The share of roofline is held against the task's own floor (its FLOPs, its inputs read once and its outputs
+written once), the floor any implementation has, beside the kernel's own-traffic floor (what its BlockSpecs fetch).
+Every figure is an estimate, labelled so, never a measured time.
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ from maxkernel.harness.estimate_job import libtpu_version, task_dims
 from maxkernel.harness.guard import jobs_guarded
 from maxkernel.settings import get_settings
 
-__all__ = ["ProgramEstimate", "Estimate", "estimate", "estimate_program", "METHOD", "LABEL", "METHOD_VERSION",
-           "DEFAULT_PARALLEL_DIMS"]
+__all__ = ["ProgramEstimate", "Estimate", "estimate", "estimate_program", "task_work", "roofline_floors",
+           "TaskBaselineError", "METHOD", "LABEL", "METHOD_VERSION", "DEFAULT_PARALLEL_DIMS"]
 
-METHOD_VERSION = 1  # part of every cache key: bump when the method changes what it reports
+METHOD_VERSION = 2  # part of every cache key: bump when the method changes what it reports
 LABEL = "TPU estimate (libtpu static profile + roofline floor), not a measured time"
 METHOD = ("static LLO profile on a shrunk grid, extrapolated, floored by roofline: libtpu's estimated cycles for the "
           "program compiled deviceless at two or three sizes with parallel dimensions halved (blocks and reduction axes "
@@ -51,6 +53,51 @@ _ABORTS = (("Unsupported DMA direction", "libtpu's profiler does not support a D
            ("kScalarMultiplyHighU32", "libtpu's profiler does not support a dynamic update into VMEM inside a loop"),
            ("Check failed", "libtpu hit an internal check"))
 _MEMORY = ("std::bad_alloc", "Cannot allocate memory", "out of memory", "MemoryError", "RESOURCE_EXHAUSTED")
+# Stages whose outcome the same inputs always repeat: only these are cached.
+_DETERMINISTIC = ("compile", "lower", "import", "plan", "no_pallas")
+# What to do when libtpu's profiler cannot price a program even with _RETRY_FLAG.
+_UNPRICEABLE_HINT = ("libtpu's static profiler cannot price this program, with or without VMEM memory-space "
+                     "assignment: no TPU estimate can be had for it here; compare it by its roofline floor "
+                     "(compile_pallas: roofline_ms) and its CPU correctness, and time it on a TPU")
+
+
+class TaskBaselineError(ValueError):
+    """The task's own baseline.py fails at a size (in create_inputs or workload): the task's fault, not a kernel's."""
+
+
+def task_work(task, size: str) -> tuple[float, int]:
+    """(FLOPs, HBM bytes) that any implementation of the task must do and move at `size`: the task's get_flops (0 when
+    it declares none), and its inputs read once and its outputs written once. Raises TaskBaselineError, naming
+    baseline.py and the function that failed, when the task cannot build its inputs or run its workload."""
+    try:
+        io = _io_bytes(task, size)
+    except Exception as exc:  # noqa: BLE001  (the task's own code can raise anything)
+        raise _baseline_error(task, size, exc) from exc
+    return float(task.flops(size) or 0.0), io
+
+
+def roofline_floors(chip, flops: float, io_bytes: float) -> dict:
+    """The least time a program doing `flops` and moving `io_bytes` through HBM needs on one `chip` device:
+    {compute_ms, memory_ms, roofline_ms (the larger)}. The one floor function: estimate's floors and share of
+    roofline, and compile_pallas's roofline bound, all come from here."""
+    compute_ms = flops / chip.device_peak_flops * 1e3
+    memory_ms = io_bytes / chip.device_hbm_bytes_per_s * 1e3
+    return {"compute_ms": compute_ms, "memory_ms": memory_ms, "roofline_ms": max(compute_ms, memory_ms)}
+
+
+def _baseline_error(task, size: str, exc: BaseException) -> TaskBaselineError:
+    where = "create_inputs or workload"
+    if not task.described:  # which of the two: the inputs alone tell (a described task's facts do not)
+        import jax
+
+        try:
+            jax.eval_shape(lambda: task.create_inputs(size=size, seed=0))
+            where = "workload"
+        except Exception:  # noqa: BLE001
+            where = "create_inputs"
+    first = (str(exc).splitlines() or [""])[0][:300]
+    return TaskBaselineError(f"the task's baseline.py ({task.baseline_file}) fails in its {where} at {size} size: "
+                             f"{type(exc).__name__}: {first}")
 
 
 class ProgramEstimate(BaseModel):
@@ -61,9 +108,15 @@ class ProgramEstimate(BaseModel):
     chip: str
     estimated_ms: float | None = None
     bound: str | None = Field(None, description="compute | memory | overhead (more than 4x its roofline floor)")
-    floors: dict = Field(default_factory=dict, description="{compute_ms, memory_ms}")
+    floors: dict = Field(default_factory=dict, description="The task's floors {compute_ms, memory_ms}: its FLOPs at "
+                         "peak; its inputs read once and outputs written once at full HBM bandwidth.")
+    roofline_ms: float | None = Field(None, description="The task's roofline floor: the larger of `floors`.")
+    own_floor_ms: float | None = Field(None, description="This program's own floor: the task's FLOPs at peak, or the "
+                                       "HBM bytes its BlockSpecs and grid fetch (re-reads included) at full "
+                                       "bandwidth, whichever is slower. The estimate is never below it.")
     static_cycles_ms: float | None = Field(None, description="The fitted static profile at full size, before floors.")
-    fraction_of_roofline: float | None = None
+    fraction_of_roofline: float | None = Field(None, description="roofline_ms / estimated_ms: the share of the task's "
+                                               "floor (not of the program's own floor) the estimate reaches.")
     fit: dict = Field(default_factory=dict, description="Shrunk shapes, their cycles, the line fitted through them.")
     limits: list[str] = Field(default_factory=list, description="What this estimate assumed or could not see.")
     data_dependent: bool = False
@@ -88,9 +141,13 @@ class Estimate(BaseModel):
     baseline_estimated_ms: float | None = None
     speedup_estimate: float | None = None
     bound: str | None = None
-    floors: dict = Field(default_factory=dict)
+    floors: dict = Field(default_factory=dict, description="The task's floors {compute_ms, memory_ms}.")
+    roofline_ms: float | None = Field(None, description="The task's roofline floor (the larger of `floors`): the "
+                                      "figure compile_pallas reports as its roofline bound.")
+    own_floor_ms: float | None = Field(None, description="The kernel's own floor: its BlockSpec traffic (re-reads "
+                                       "included) or the task's FLOPs, whichever is slower.")
     static_cycles_ms: float | None = None
-    fraction_of_roofline: float | None = None
+    fraction_of_roofline: float | None = Field(None, description="roofline_ms / estimated_ms.")
     method: str = METHOD
     fit: dict = Field(default_factory=dict)
     limits: list[str] = Field(default_factory=list)
@@ -125,6 +182,10 @@ def estimate(task: str, kernel: str | None, chip: str | None = None, size: str =
     except (TaskError, ValueError, FileNotFoundError) as exc:
         return Estimate(ok=False, chip=chip_name, size=size, stage="input", error=str(exc),
                         summary=f"Not estimated: {exc}")
+    try:
+        task_work(spec, size)
+    except TaskBaselineError as exc:  # the task is at fault: no kernel is looked at, and no kernel advice given
+        return _task_failed(exc, chip_name, size, time.monotonic() - t0)
     with ThreadPoolExecutor(max_workers=2) as pool:  # the two profiling processes run side by side
         # In the caller's context: the profiling worker belongs to the caller's cancel scope (harness/cancel.py).
         base_f = pool.submit(contextvars.copy_context().run, estimate_program, spec, None, target, size, None, timeout)
@@ -133,12 +194,28 @@ def estimate(task: str, kernel: str | None, chip: str | None = None, size: str =
     return _combine(kern, base, target, size, time.monotonic() - t0)
 
 
+def _task_failed(exc: TaskBaselineError, chip: str, size: str, wall: float) -> Estimate:
+    return Estimate(ok=False, chip=chip, size=size, stage="task", error=str(exc), wall_s=wall,
+                    hint="fix the task: its baseline.py must build its inputs and run its workload at this size "
+                         "before any kernel can be measured against it",
+                    summary=f"Not estimated: {exc}. The task is at fault, not the kernel; the kernel was not looked "
+                            "at.")
+
+
 def _combine(kern: ProgramEstimate | None, base: ProgramEstimate, chip, size: str, wall: float) -> Estimate:
     main = kern or base
     common = dict(chip=chip.name, size=size, kernel=kern, baseline=base, wall_s=wall, libtpu=main.libtpu or base.libtpu,
                   cached=main.cached and base.cached)
     if not main.ok:
         what = "the kernel" if kern else "the baseline"
+        if main.stage == "task":
+            return _task_failed(TaskBaselineError(main.error), chip.name, size, wall)
+        if main.stage == "no_pallas":
+            return Estimate(ok=False, stage=main.stage, error=main.error, hint=main.hint,
+                            baseline_estimated_ms=base.estimated_ms if base.ok else None,
+                            summary=f"Not estimated as a kernel on {chip.name}: {main.error}"
+                                    + (f" (XLA baseline estimated at {base.estimated_ms:.3g} ms)" if base.ok else ""),
+                            **common)
         return Estimate(ok=False, stage=main.stage, error=main.error, hint=main.hint, limits=main.limits,
                         baseline_estimated_ms=base.estimated_ms if kern else None,
                         summary=f"could not estimate {what} on {chip.name}: {main.error}"
@@ -147,14 +224,20 @@ def _combine(kern: ProgramEstimate | None, base: ProgramEstimate, chip, size: st
     limits = list(main.limits) + ([f"baseline: {x}" for x in base.limits] if kern else [])
     if kern and not base.ok:
         limits.append(f"baseline not estimated: {base.error}")
-    at = f"{main.fraction_of_roofline:.0%} of its roofline" if main.fraction_of_roofline else "roofline unknown"
+    if main.fraction_of_roofline:
+        at = f"{main.fraction_of_roofline:.0%} of the task's roofline ({main.roofline_ms:.3g} ms"
+        own = main.own_floor_ms
+        at += (f"; its own HBM traffic's floor is {own:.3g} ms)" if own and own > 1.01 * main.roofline_ms else ")")
+    else:
+        at = "roofline unknown"
     summary = (f"TPU estimate on {chip.name} ({size} size): {main.estimated_ms:.3g} ms, {main.bound}-bound, {at}"
                + (f"; XLA baseline {base.estimated_ms:.3g} ms, speedup {speedup:.2f}x" if speedup else "")
                + (" [data-dependent: floored by the task's work]" if main.data_dependent else "")
                + ". Estimated from libtpu's static profile, not measured.")
     return Estimate(ok=True, summary=summary, estimated_ms=main.estimated_ms,
                     baseline_estimated_ms=base.estimated_ms if base.ok else None, speedup_estimate=speedup,
-                    bound=main.bound, floors=main.floors, static_cycles_ms=main.static_cycles_ms,
+                    bound=main.bound, floors=main.floors, roofline_ms=main.roofline_ms,
+                    own_floor_ms=main.own_floor_ms, static_cycles_ms=main.static_cycles_ms,
                     fraction_of_roofline=main.fraction_of_roofline, fit=main.fit, limits=limits,
                     data_dependent=main.data_dependent or (kern is not None and base.data_dependent), **common)
 
@@ -201,15 +284,23 @@ def estimate_program(task, kernel: str | None, chip, size: str = "full", tunable
         if problems:
             return ProgramEstimate(ok=False, program=program, chip=chip.name, stage="static",
                                    error="the kernel was refused before import: " + "; ".join(problems[:3]))
-    out = _profile(task, kernel, chip, size, tunables, timeout, [])
-    if out.stage == "abort" and _RETRY_FLAG not in out.libtpu_flags:
-        retry = _profile(task, kernel, chip, size, tunables, timeout, [_RETRY_FLAG])
-        if retry.ok:
-            retry.limits.append(f"profiled with {_RETRY_FLAG} after libtpu aborted ({out.error}): the estimate "
-                                "describes the program with VMEM memory-space assignment off")
-        out = retry if retry.ok else out
+    try:
+        out = _profile(task, kernel, chip, size, tunables, timeout, [])
+        if out.stage == "abort" and _RETRY_FLAG not in out.libtpu_flags:
+            retry = _profile(task, kernel, chip, size, tunables, timeout, [_RETRY_FLAG])
+            if retry.ok:
+                retry.limits.append(f"profiled with {_RETRY_FLAG} after libtpu aborted ({out.error}): the estimate "
+                                    "describes the program with VMEM memory-space assignment off")
+                out = retry
+            else:  # the flag was tried: the hint is what the retry says, never the flag again
+                out.error = f"{out.error}; retried with {_RETRY_FLAG}: {retry.error}"
+                out.hint = retry.hint if retry.hint and _RETRY_FLAG not in retry.hint else _UNPRICEABLE_HINT
+                out.libtpu_flags = [_RETRY_FLAG]
+    except TaskBaselineError as exc:
+        return ProgramEstimate(ok=False, program=program, chip=chip.name, stage="task", error=str(exc),
+                               wall_s=time.monotonic() - t0)
     out.wall_s = time.monotonic() - t0
-    if out.ok or out.stage in ("compile", "lower", "import", "plan"):  # deterministic outcomes only
+    if out.ok or out.stage in _DETERMINISTIC:  # deterministic outcomes only
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{time.monotonic_ns()}.tmp")
         tmp.write_text(out.model_dump_json())
@@ -226,7 +317,7 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
     program = "kernel" if kernel else "baseline"
     spec, task_files = task.for_job()
     dims_order = _dims_order(task, kernel is not None)
-    full_bytes = _io_bytes(task, size)
+    _, full_bytes = task_work(task, size)
     job = {"kind": "estimate", "task": spec, "kernel": "kernel.py" if kernel else None, "chip": chip.name,
            "size": size, "tunables": tunables or {}, "dims_order": dims_order, "libtpu_flags": flags,
            "budget": {"flops": settings.estimate_max_gflop * 1e9, "bytes": settings.estimate_max_mb * 2**20,
@@ -277,15 +368,17 @@ def _crash(base: dict, stderr: str, lines: list[dict], settings) -> ProgramEstim
                                f"({settings.estimate_memory_mb} MB){at}",
                                hint="raise MAXKERNEL_ESTIMATE_MEMORY_MB, or lower MAXKERNEL_ESTIMATE_MAX_GFLOP so the "
                                     "profiled sizes shrink further")
+    retried = _RETRY_FLAG in base["libtpu_flags"]  # then the flag is no advice: it was on and it still died
     for marker, why in _ABORTS:
         if marker in stderr:
             line = next((ln for ln in stderr.splitlines() if marker in ln), marker)
             return ProgramEstimate(**base, stage="abort", error=f"libtpu aborted{at}: {why} ({line.strip()[:200]})",
-                                   hint=f"libtpu flag {_RETRY_FLAG} avoids most of these aborts")
+                                   hint=_UNPRICEABLE_HINT if retried
+                                   else f"libtpu flag {_RETRY_FLAG} avoids most of these aborts")
     fatal = [ln.strip() for ln in stderr.splitlines() if re.match(r"\s*F\d{4} ", ln) or "Check failed" in ln]
     tail = (fatal[0] if fatal else " | ".join(stderr.strip().splitlines()[-3:]))[:400]
     return ProgramEstimate(**base, stage="abort", error=f"the profiling process died{at}: {tail or 'no output'}",
-                           hint=f"libtpu flag {_RETRY_FLAG} avoids most libtpu aborts")
+                           hint=_UNPRICEABLE_HINT if retried else f"libtpu flag {_RETRY_FLAG} avoids most libtpu aborts")
 
 
 def _dims_order(task, is_kernel: bool) -> list[str]:
@@ -347,8 +440,9 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
     flops = float(task.flops(size) or 0.0)
     spec_bytes = traffic.get("bytes")
     hbm_bytes = max(io_bytes, spec_bytes or 0)
-    compute_ms = flops / chip.device_peak_flops * 1e3
-    memory_ms = hbm_bytes / bw * 1e3
+    floors = roofline_floors(chip, flops, io_bytes)  # the task's: what any implementation needs
+    own = roofline_floors(chip, flops, hbm_bytes)  # this program's: its BlockSpec re-reads included
+    compute_ms, memory_ms = own["compute_ms"], own["memory_ms"]
     if not flops:
         limits.append("the task declares no FLOP count: no compute floor")
     declared = [c["declared_bytes"] for c in facts["pallas_calls"] if c.get("declared_bytes") is not None]
@@ -371,16 +465,19 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
     bound = "compute" if compute_ms >= memory_ms else "memory"
     if top <= 0 or estimated > 4 * top:
         bound = "overhead"
+    roofline = floors["roofline_ms"]
     fit = {"how": how, "shrunk_dims": plan["shrunk_dims"], "full_dims": {d: plan["full_dims"][d] for d in plan["shrunk_dims"]},
            "points": rows, "a_cycles": a, "b_cycles": b, "max_residual": residual, "cycles_full": full_cycles,
-           "clock_hz": clock, "hbm_bytes": hbm_bytes, "hbm_bytes_source": "block specs and grid"
+           "clock_hz": clock, "hbm_bytes": hbm_bytes, "io_bytes": io_bytes, "hbm_bytes_source": "block specs and grid"
            if spec_bytes is not None and spec_bytes >= io_bytes else "inputs and outputs",
            "flops": flops, "rejected_dims": plan.get("rejected", {}),
            "pallas_calls": [{k: c[k] for k in ("name", "grid", "parallel")} for c in facts["pallas_calls"]],
            "fingerprints": plan.get("fingerprints") or []}
     return ProgramEstimate(**{**base, "ok": True}, estimated_ms=estimated, bound=bound,
-                           floors={"compute_ms": compute_ms, "memory_ms": memory_ms},
-                           static_cycles_ms=raw_full / clock * 1e3, fraction_of_roofline=top / estimated if top else None,
+                           floors={"compute_ms": floors["compute_ms"], "memory_ms": floors["memory_ms"]},
+                           roofline_ms=roofline, own_floor_ms=top,
+                           static_cycles_ms=raw_full / clock * 1e3,
+                           fraction_of_roofline=roofline / estimated if roofline else None,
                            fit=fit, limits=limits, data_dependent=data_dependent)
 
 

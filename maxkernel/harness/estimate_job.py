@@ -23,6 +23,8 @@ __all__ = ["run", "PROGRESS_FILE", "DUMP_DIR", "parse_profile", "zero_cycle_byte
            "plan", "linear", "task_dims", "libtpu_version"]
 
 PROGRESS_FILE = "estimate.jsonl"
+NO_PALLAS = ("no pallas_call in the traced program: it is XLA's own program, not a Pallas kernel, so it is not "
+             "estimated as one (the task's baseline is XLA's program, estimated beside it)")
 DUMP_DIR = "llo_profile"
 SIZE_NAME = "__estimate__"  # the task size the job injects for a shrunk point
 MAX_GRID_POINTS = 1 << 24
@@ -243,6 +245,10 @@ def _same_kernel(full: dict, shrunk: dict) -> bool:
     return fewer
 
 
+class NotAKernel(ValueError):
+    """The candidate traced to a program without a pallas_call."""
+
+
 def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_order: list[str]) -> dict:
     """The shrunk sizes to profile: halve parallel dimensions until the program's work fits the budget.
 
@@ -250,8 +256,12 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
     only removes parallel tiles (so the per-tile cost is unchanged and the fit is linear in tiles); for an XLA
     program, when the task names it parallel (its work then scales linearly with it).
     """
+    from maxkernel.harness.integrity import fingerprint, pallas_kernels
+
     full_dims = task_dims(task, base_size)
     facts_full, closed_full = _signature(fn, _structs_at(task, None, base_size), chip)
+    if is_kernel and not pallas_kernels(closed_full):  # the verdict's rule: plain jnp is not priced as a kernel
+        raise NotAKernel(NO_PALLAS)
     work_flops = float(task.flops(base_size) or 0.0)
     work_bytes = float(budget["full_bytes"])
     cur = dict(full_dims)
@@ -274,8 +284,6 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
         return _tiles(facts_at[_key(dims)]) <= budget["tiles"] or share <= budget.get("min_share", 0.0)
 
     facts_at = {_key(cur): facts_full}
-    from maxkernel.harness.integrity import fingerprint
-
     # What is priced, size by size, for the verdict to hold against the program it checked (evaluate._with_estimate).
     prints_at = {_key(cur): fingerprint(closed_full)} if is_kernel else {}
     while not small_enough(cur):
@@ -381,6 +389,9 @@ def run(job: dict, scratch: Path) -> dict:
 
     try:
         steps = plan(task, fn, size, chip, is_kernel, job["budget"], job.get("dims_order") or [])
+    except NotAKernel as exc:
+        return {"status": "error", "stage": "no_pallas", "error": str(exc),
+                "hint": "write the work inside pl.pallas_call: a kernel body over BlockSpec blocks and a grid"}
     except Exception as exc:  # noqa: BLE001
         full = str(exc)
         return {"status": "error", "stage": "lower", "error": compile_job.trim_error(exc), "hint": hint_for(full, chip)}

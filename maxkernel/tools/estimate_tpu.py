@@ -15,7 +15,9 @@ def estimate_tpu_time(task: str, kernel: str, chip: str = "v5e", size: str = "fu
     reports estimated cycles; these are fitted, extrapolated to the full size and floored by the roofline (the
     task's FLOPs at peak, the HBM bytes its BlockSpecs fetch at full bandwidth). The result is an ESTIMATE, not a
     measurement: use it to rank candidates and to see what limits a kernel (bound, fraction_of_roofline). A kernel
-    that does not compile for the chip gets the compiler's error and hint instead of an estimate.
+    that does not compile for the chip gets the compiler's error and hint instead of an estimate; one with no
+    pallas_call is not estimated as a kernel (stage no_pallas); a task whose baseline.py fails is reported as the
+    task's failure (stage task).
 
     Args:
         task: Suite task name (e.g. "8p_GEMM") or a task folder path.
@@ -25,8 +27,10 @@ def estimate_tpu_time(task: str, kernel: str, chip: str = "v5e", size: str = "fu
         tunables: Keyword arguments for workload(), e.g. {"block_m": 512}.
 
     Returns:
-        estimated_ms, baseline_estimated_ms, speedup_estimate, bound (compute | memory | overhead), floors
-        {compute_ms, memory_ms}, fraction_of_roofline, the fit used, limits, and a one-line summary.
+        estimated_ms, baseline_estimated_ms, speedup_estimate, bound (compute | memory | overhead), the task's
+        floors {compute_ms, memory_ms} and roofline_ms (the figure compile_pallas reports), own_floor_ms (the
+        kernel's own floor, its BlockSpec re-reads included), fraction_of_roofline (roofline_ms / estimated_ms),
+        the fit used, limits, and a one-line summary.
     """
     if tunables is not None and not isinstance(tunables, dict):  # a sloppy tool call: say what is accepted
         return Estimate(ok=False, chip=str(chip), size=str(size), stage="input",

@@ -141,11 +141,11 @@ def test_good_kernel_compiles_for_every_supported_chip(chip, supported):
     for r in (cold, warm):
         assert r["ok"] and r["stage"] == "compile", r["error"]
         assert 0 < r["vmem_bytes"] <= chips.get(chip).scoped_vmem_default_bytes
-        assert r["roofline_source"] == "compiler" and r["roofline_s"] > 0
+        assert r["pallas_calls"] == 1  # the roofline is the parent's now (estimate.roofline_floors, issue 29)
         assert r["memory"]["argument_size_in_bytes"] == 2 * (8192 * 8192 + 8192 * 28672)
     print(f"\n{chip}: cold {cold_s:.2f}s (lower {cold['lower_s']:.2f}s, compile {cold['compile_s']:.2f}s), "
           f"warm compile {warm['compile_s']:.2f}s; VMEM {cold['vmem_bytes'] / 2**20:.2f} MiB "
-          f"(bm=512) / {warm['vmem_bytes'] / 2**20:.2f} MiB (bm=256); roofline {cold['roofline_s'] * 1e3:.2f} ms")
+          f"(bm=512) / {warm['vmem_bytes'] / 2**20:.2f} MiB (bm=256)")
 
 
 # ---- hints on error text captured from jax 0.10.2 / libtpu 0.0.42.1 ------------------------------------

@@ -1,0 +1,219 @@
+"""compile and estimate say what is true (issue 29): a task whose baseline.py fails is the task's fault, a plain-jnp
+"kernel" is no Pallas kernel, compile's roofline bound is the estimate's floor, the share of roofline is held against
+the task's floor (the kernel's own-traffic floor beside it), and the hint never offers the libtpu flag already tried."""
+
+from pathlib import Path
+
+import pytest
+from _extras import need_module
+
+from maxkernel import chips
+from maxkernel.harness import compile_job
+from maxkernel.harness import estimate as est
+from maxkernel.settings import get_settings
+from maxkernel.tasks import load_task
+from maxkernel.tools.compile_pallas import compile_pallas
+
+ROOT = Path(__file__).resolve().parents[2]
+RMS_KERNEL = ROOT / "jaxbench" / "12p_RMSNorm" / "kernel.py"
+V5E, V6E = chips.get("v5e"), chips.get("v6e")
+
+BASELINE = '''
+import jax
+import jax.numpy as jnp
+
+CONFIG = {"rows": 256, "cols": 512}
+SIZES = {"smoke": {"rows": 64, "cols": 256}}
+
+
+def create_inputs(dtype=jnp.float32, *, size="full", seed=42):
+    d = {**CONFIG, **SIZES.get(size, {})}
+    INPUTS_FAIL
+    return (jax.random.normal(jax.random.key(seed), (d["rows"], d["cols"]), dtype),)
+
+
+def workload(x):
+    WORKLOAD_FAILS
+    return x * 2.0
+
+
+def get_flops(size="full"):
+    return 256 * 512
+'''
+PALLAS_DOUBLE = '''
+import jax
+from jax.experimental import pallas as pl
+
+
+def _k(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2.0
+
+
+def workload(x):
+    rows, cols = x.shape
+    return pl.pallas_call(_k, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(rows // 64,),
+                          in_specs=[pl.BlockSpec((64, cols), lambda i: (i, 0))],
+                          out_specs=pl.BlockSpec((64, cols), lambda i: (i, 0)))(x)
+'''
+PLAIN_RMS = '''
+import jax.numpy as jnp
+from jax import lax
+
+
+def workload(x, scale):
+    xf = x.astype(jnp.float32)
+    ms = jnp.mean(lax.square(xf), axis=-1, keepdims=True)
+    return (xf * lax.rsqrt(ms + 1e-5)).astype(x.dtype) * scale
+'''
+
+
+def broken_task(tmp_path: Path, where: str) -> str:
+    folder = tmp_path / f"broken_{where}"
+    folder.mkdir()
+    boom = 'raise RuntimeError("boom")'
+    (folder / "baseline.py").write_text(BASELINE.replace("INPUTS_FAIL", boom if where == "create_inputs" else "pass")
+                                        .replace("WORKLOAD_FAILS", boom if where == "workload" else "pass"))
+    return str(folder)
+
+
+def write(tmp_path: Path, name: str, source: str) -> str:
+    path = tmp_path / name
+    path.write_text(source)
+    return str(path)
+
+
+# ---- 1. a broken baseline is the task's fault ------------------------------------------------------------------
+
+@pytest.mark.unit
+@pytest.mark.parametrize("where", ["workload", "create_inputs"])
+def test_compile_against_a_broken_baseline_blames_the_task(tmp_path, where):
+    r = compile_pallas(broken_task(tmp_path, where), write(tmp_path, "k.py", PALLAS_DOUBLE), "v5e")
+    assert not r.ok and r.stage == "task", r.summary
+    assert "baseline.py" in r.error and f"in its {where}" in r.error and "RuntimeError: boom" in r.error
+    assert "task is at fault" in r.summary and "kernel was not compiled" in r.summary
+    assert "lower" not in r.summary and r.hint is None  # no kernel advice for the task's failure
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("where", ["workload", "create_inputs"])
+def test_estimate_against_a_broken_baseline_blames_the_task(tmp_path, where):
+    r = est.estimate(broken_task(tmp_path, where), write(tmp_path, "k.py", PALLAS_DOUBLE), "v5e")
+    assert not r.ok and r.stage == "task", r.summary
+    assert "baseline.py" in r.error and f"in its {where}" in r.error and "RuntimeError: boom" in r.error
+    assert "task is at fault" in r.summary and "PARALLEL_DIMS" not in r.summary + (r.hint or "")
+
+
+@pytest.mark.unit
+def test_the_compile_job_names_the_tasks_create_inputs(tmp_path):
+    kernel = write(tmp_path, "k.py", PALLAS_DOUBLE)
+    r = compile_job.run({"task": broken_task(tmp_path, "create_inputs"), "kernel": kernel, "chip": "v5e"}, tmp_path)
+    assert (r["ok"], r["stage"]) == (False, "task") and "create_inputs" in r["error"] and "boom" in r["error"]
+    assert r["hint"] is None
+
+
+# ---- 2. plain jnp is not a Pallas kernel -----------------------------------------------------------------------
+
+@pytest.mark.integration
+def test_compile_says_plain_jnp_has_no_pallas_call(tmp_path):
+    need_module("libtpu", extra="tpu")
+    r = compile_pallas("12p_RMSNorm", write(tmp_path, "plain.py", PLAIN_RMS), "v5e", "smoke")
+    assert not r.ok and r.stage == "no_pallas" and r.pallas_calls == 0, r.summary
+    assert "no pallas_call" in r.summary and "OK" not in r.summary and "PARALLEL_DIMS" not in r.summary
+
+
+@pytest.mark.integration
+def test_estimate_does_not_price_plain_jnp_as_a_kernel(tmp_path):
+    need_module("libtpu", extra="tpu")
+    r = est.estimate("12p_RMSNorm", write(tmp_path, "plain.py", PLAIN_RMS), "v5e", "smoke")
+    assert not r.ok and r.stage == "no_pallas" and r.estimated_ms is None and r.speedup_estimate is None, r.summary
+    assert "no pallas_call" in r.summary and "not estimated as a kernel" in r.summary.lower()
+    assert "PARALLEL_DIMS" not in r.summary + (r.hint or "")
+
+
+# ---- 3. one roofline floor for compile and estimate ------------------------------------------------------------
+
+@pytest.mark.integration
+def test_compiles_roofline_bound_is_the_estimates_floor():
+    need_module("libtpu", extra="tpu")
+    c = compile_pallas("12p_RMSNorm", str(RMS_KERNEL), "v5e", "smoke")
+    e = est.estimate_program(load_task("12p_RMSNorm"), str(RMS_KERNEL), V5E, "smoke")
+    assert c.ok and c.pallas_calls == 1 and e.ok, (c.summary, e.error)
+    assert c.roofline_ms == pytest.approx(max(e.floors.values()), rel=1e-9)
+    assert c.roofline_ms == pytest.approx(e.roofline_ms, rel=1e-9)
+    assert f"roofline bound {e.roofline_ms:.3f} ms" in c.summary
+
+
+@pytest.mark.unit
+def test_compiles_roofline_at_full_size_is_the_tasks_floor_not_the_kernels_declared_cost():
+    from maxkernel.tools.compile_pallas import _result
+
+    rms = _result({"ok": True, "chip": "v5e", "stage": "compile", "pallas_calls": 1}, "full",
+                  est.task_work(load_task("12p_RMSNorm"), "full"))
+    io = (2 * 8 * 4096 * 8192 + 8192) * 2  # x read once, out written once, scale once (bf16)
+    assert rms.roofline_ms == pytest.approx(io / V5E.device_hbm_bytes_per_s * 1e3)  # 1.31 ms, not 1.456
+    gemm = _result({"ok": True, "chip": "v6e", "stage": "compile", "pallas_calls": 1}, "full",
+                   est.task_work(load_task("8p_GEMM"), "full"))
+    assert gemm.roofline_ms == pytest.approx(2 * 8192 * 8192 * 28672 / V6E.device_peak_flops * 1e3)
+
+
+# ---- 4. the share of roofline is against the task's floor ------------------------------------------------------
+
+GEMM_FLOPS = 2 * 8192 * 8192 * 28672
+GEMM_IO = 2 * (8192 * 8192 + 2 * 8192 * 28672)
+# The shipped 8p_GEMM kernel (512, 1024, 1024) at full size: A and B blocks fetched every grid step, O once per tile.
+STEPS = (8192 // 512) * (28672 // 1024) * (8192 // 1024)
+GEMM_SPEC = STEPS * 2 * (512 * 1024 + 1024 * 1024) + (8192 // 512) * (28672 // 1024) * 2 * 512 * 1024
+
+
+def gemm_lines(cycles_full: float) -> list[dict]:
+    head = {"plan": {"shrunk_dims": ["M"], "full_dims": {"M": 8192, "K": 8192, "N": 28672}, "rejected": {}},
+            "facts": {"pallas_calls": [{"name": "gemm", "grid": [16, 28, 8], "parallel": [True, True, False],
+                                        "declared_bytes": GEMM_SPEC}], "data_dependent": []},
+            "block_traffic": {"bytes": GEMM_SPEC, "notes": []}}
+    return [head] + [{"point": {"dims": {"M": int(8192 * x)}, "x": x, "tiles": None,
+                                "ops": {"gemm": int(cycles_full * x)}, "zero_cycle_bytes": {}, "compile_s": 1.0}}
+                     for x in (1 / 16, 1 / 8, 1 / 4)]
+
+
+@pytest.mark.unit
+def test_the_share_of_roofline_is_against_the_tasks_floor_with_the_kernels_own_beside_it():
+    base = dict(ok=False, program="kernel", chip="v6e", libtpu_flags=[], libtpu="test")
+    e = est._fit(base, gemm_lines(1e6), load_task("8p_GEMM"), V6E, "full", GEMM_IO)  # cycles under every floor
+    own = GEMM_SPEC / V6E.device_hbm_bytes_per_s * 1e3
+    ideal = GEMM_FLOPS / V6E.device_peak_flops * 1e3
+    assert e.ok and e.own_floor_ms == pytest.approx(own) and e.estimated_ms == pytest.approx(own)  # ~7.17 ms
+    assert e.roofline_ms == pytest.approx(ideal)  # ~4.19 ms: the task's FLOPs at peak
+    assert e.floors == pytest.approx({"compute_ms": ideal, "memory_ms": GEMM_IO / V6E.device_hbm_bytes_per_s * 1e3})
+    assert e.fraction_of_roofline == pytest.approx(ideal / own) and e.fraction_of_roofline < 0.65  # not 100 %
+    assert e.bound == "memory"  # what holds this kernel back: its own BlockSpec re-reads
+    summary = est._combine(e, e.model_copy(update={"program": "baseline"}), V6E, "full", 0.0).summary
+    assert f"{ideal / own:.0%} of the task's roofline" in summary and "own HBM traffic's floor" in summary
+
+
+# ---- 5. no advice to use the flag that was already tried -------------------------------------------------------
+
+@pytest.mark.unit
+def test_an_abort_the_retry_flag_did_not_cure_is_not_told_to_use_that_flag(monkeypatch, tmp_path):
+    calls = []
+
+    def aborting_profile(task, kernel, chip, size, tunables, timeout, flags):
+        calls.append(list(flags))
+        base = dict(ok=False, program="kernel", chip=chip.name, libtpu_flags=list(flags), libtpu="test")
+        return est._crash(base, "F0101 00:00 dma.cc:1] Unsupported DMA direction: 10", [], get_settings())
+
+    monkeypatch.setattr(est, "_profile", aborting_profile)
+    r = est.estimate_program(load_task("12p_RMSNorm"), write(tmp_path, "k.py", PALLAS_DOUBLE), V5E, "smoke")
+    assert calls == [[], [est._RETRY_FLAG]]  # the retry happened
+    assert not r.ok and r.stage == "abort" and "retried with" in r.error
+    assert r.hint and est._RETRY_FLAG not in r.hint, r.hint
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("stderr", ["F0101 x.cc:1] Unsupported DMA direction: 10", "F0101 x.cc:1] something else died"])
+def test_the_flag_is_offered_only_before_it_was_tried(stderr):
+    def crash(flags):
+        base = dict(ok=False, program="kernel", chip="v5e", libtpu_flags=flags, libtpu="test")
+        return est._crash(base, stderr, [], get_settings())
+
+    assert est._RETRY_FLAG in crash([]).hint
+    assert est._RETRY_FLAG not in crash([est._RETRY_FLAG]).hint
