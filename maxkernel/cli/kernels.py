@@ -73,7 +73,8 @@ def compile_cmd(target: Target, as_json: bool) -> None:
 
     progress(f"compiling {target.kernel} for {target.chip} ({target.size} shapes) in a sandbox")
     r = compile_pallas(_spec(target), str(target.kernel), target.chip, target.size)
-    emit(as_json, r.model_dump(), r.summary + (f"\n{r.error}" if r.error else ""), ok=r.ok)
+    said = r.summary + (f"\n{r.error}" if r.error and r.error.strip() not in r.summary else "")  # once, not twice
+    emit(as_json, r.model_dump(), said, ok=r.ok)
 
 
 @click.command()

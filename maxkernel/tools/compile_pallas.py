@@ -140,8 +140,8 @@ def compile_many(task: str, kernel: str, chip_names: list[str], configs: list[di
         for r in done[:len(wanted)]:
             try:
                 for k in ("error", "hint"):
-                    if inside and r.get(k):
-                        r[k] = str(r[k]).replace(inside, str(kernel))
+                    if r.get(k):
+                        r[k] = users_file(str(r[k]), inside, str(kernel))
                 out.append(_result(r, size, work))
             except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a malformed record: stop trusting it
                 why = f"the compile job wrote a malformed record ({type(exc).__name__}: {str(exc)[:200]})"
@@ -152,6 +152,16 @@ def compile_many(task: str, kernel: str, chip_names: list[str], configs: list[di
         return out
     finally:
         res.cleanup()
+
+
+def users_file(text: str, inside: str | None, kernel: str) -> str:
+    """`text` naming the user's kernel file where it names the sandbox's copy (its full path, or the bare name
+    kernel.py the job gave it in a frame or a `kernel.py:LINE` location)."""
+    import re
+
+    if inside:
+        text = text.replace(inside, kernel)
+    return re.sub(r'(?<![\w/.])kernel\.py(?=["\':,)\s]|$)', kernel.replace("\\", "\\\\"), text)
 
 
 def compile_pallas(task: str, kernel: str, chip: str = "v5e", size: str = "full") -> CompileResult:

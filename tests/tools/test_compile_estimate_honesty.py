@@ -217,3 +217,12 @@ def test_the_flag_is_offered_only_before_it_was_tried(stderr):
 
     assert est._RETRY_FLAG in crash([]).hint
     assert est._RETRY_FLAG not in crash([est._RETRY_FLAG]).hint
+
+
+@pytest.mark.unit
+def test_compile_errors_name_the_users_file_not_the_sandbox_copy():
+    from maxkernel.tools.compile_pallas import users_file
+
+    text = 'File "/tmp/s/w-1/kernel.py", line 3, in workload; kernel.py:12: block shape; my_kernel.py untouched'
+    said = users_file(text, "/tmp/s/w-1/kernel.py", "/home/me/rms.py")
+    assert said == 'File "/home/me/rms.py", line 3, in workload; /home/me/rms.py:12: block shape; my_kernel.py untouched'
