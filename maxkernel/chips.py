@@ -174,6 +174,17 @@ def from_device_kind(kind: str) -> Chip | None:
     return None
 
 
+def accelerator_nodes() -> bool:
+    """Whether this machine has a TPU or NVIDIA device node (/dev/accel*, /dev/vfio, /dev/nvidia*) and JAX is not
+    held to the CPU. Without one, asking JAX for its backend only makes libtpu print its host-bounds warnings."""
+    import glob
+    import os
+
+    if os.environ.get("JAX_PLATFORMS") == "cpu":
+        return False
+    return any(glob.glob(pattern) for pattern in ("/dev/accel*", "/dev/vfio", "/dev/nvidia[0-9]*"))
+
+
 def detect() -> Chip:
     """The chip of the default JAX backend's first device; the nominal cpu entry when unknown."""
     import jax

@@ -90,6 +90,13 @@ def run_port(source: str, args: list[str], *, kind: str | None = None, gens: lis
                 raise PortError(f"--out {o} is not a task folder (no baseline.py): --force only replaces task folders")
     if optimize and out is None:
         raise PortError("--optimize needs --out DIR (the task folder the loop optimises)")
+    if optimize:  # the loop's model is checked now, not after the port's work
+        from maxkernel.optimize import OptimizeError, check_models
+
+        try:
+            check_models(str(out), model)
+        except OptimizeError as exc:
+            raise PortError(str(exc)) from None
     doc: dict = {"source": str(spec.source), "name": spec.name, "kind": spec.kind, "agent": jax is None}
     if jax:
         where, sep, fn = jax.rpartition(":")
@@ -126,14 +133,23 @@ def run_port(source: str, args: list[str], *, kind: str | None = None, gens: lis
 
         progress("optimising the ported task's Pallas kernel")
         try:
-            doc["optimize"] = run_optimize(str(Path(out).resolve()), model=model, progress=progress)
+            # The kernel lands in the task folder (kernel.py beside baseline.py, with its verdict.json).
+            doc["optimize"] = run_optimize(str(Path(out).resolve()), model=model, out=out, progress=progress)
         except OptimizeError as exc:  # the port and its task stand; say why the loop did not start
             doc["optimize"] = {"status": "error", "error": str(exc), "verdict": None}
-    verdict = (doc["optimize"] or {}).get("verdict") or {}
     doc["summary"] = report.get("summary", "") + (
         f"; task {doc['task']['path']}" if doc["task"] and doc["task"]["ok"] else
-        (f"; task refused: {doc['task']['reason']}" if doc["task"] else "")) + (
-        f"; Pallas kernel: {verdict.get('status', doc['optimize'].get('status')).upper()}"
-        + (f" ({doc['optimize']['error']})" if doc["optimize"].get("error") else "")
-        + (f" ({verdict.get('reason')})" if verdict.get("reason") else "") if doc["optimize"] else "")
+        (f"; task refused: {doc['task']['reason']}" if doc["task"] else "")) + _optimize_clause(doc["optimize"])
     return doc
+
+
+def _optimize_clause(opt: dict | None) -> str:
+    """The loop's part of the port's summary: the Pallas kernel's path, held-out verdict and TPU estimate (the
+    optimize command's own summary line), or why the loop did not start."""
+    if not opt:
+        return ""
+    if opt.get("error"):
+        return f"; Pallas kernel: ERROR ({opt['error']})"
+    from maxkernel.optimize import summary_line
+
+    return f"; Pallas kernel: {opt.get('summary') or summary_line(opt)}"

@@ -6,8 +6,13 @@ import importlib.util
 
 from maxkernel.settings import Settings, get_settings
 
-__all__ = ["ModelConfigError", "resolve_model", "model_name", "check_credentials", "price_per_mtok", "is_replay",
-           "is_faulty"]
+__all__ = ["ModelConfigError", "resolve_model", "model_name", "check_credentials", "missing_credentials",
+           "price_per_mtok", "is_replay", "is_faulty", "MODEL_SETTINGS"]
+
+# Where a refusal points: the settings that choose a real model and reach it.
+MODEL_SETTINGS = ("MAXKERNEL_MODEL (or --model) to a gemini-* model with GOOGLE_API_KEY (Gemini API), or with "
+                  "GOOGLE_GENAI_USE_VERTEXAI=TRUE, GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (Vertex AI), in the "
+                  "environment or .env")
 
 # USD per million tokens (input, output); an estimate for reports, never a bill. Unknown models cost None.
 _PRICES = {
@@ -58,7 +63,7 @@ def check_credentials(name: str, settings: Settings | None = None) -> None:
         if s.google_api_key is None or not s.google_api_key.get_secret_value():
             raise ModelConfigError(f"model {name} needs GOOGLE_API_KEY (Gemini API), or GOOGLE_GENAI_USE_VERTEXAI=TRUE "
                                    "with GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (Vertex AI); or use --model replay "
-                                   "for the offline replay model")
+                                   "(MAXKERNEL_MODEL=replay) for the offline replay model")
         return
     if "/" in name:
         if importlib.util.find_spec("litellm") is None:
@@ -71,6 +76,18 @@ def check_credentials(name: str, settings: Settings | None = None) -> None:
         return
     raise ModelConfigError(f"unknown model {name!r}: use a gemini-* name, a LiteLLM 'provider/model' string, replay, "
                            "or faulty (the replay with injected faults)")
+
+
+def missing_credentials(roles, settings: Settings | None = None, override: str | None = None
+                        ) -> tuple[str, str] | None:
+    """(model name, why) for the first model `roles` would use that cannot be reached, or None when all can."""
+    s = settings or get_settings()
+    for name in dict.fromkeys(model_name(role, s, override) for role in roles):
+        try:
+            check_credentials(name, s)
+        except ModelConfigError as exc:
+            return name, str(exc)
+    return None
 
 
 def resolve_model(role: str, settings: Settings | None = None, override: str | None = None):

@@ -32,7 +32,7 @@ def optimize(task, mode, model, size, chip_name, out, session_uri, artifact_uri,
         check_size(check_task(task), size)
     else:
         check_task(task)
-    from maxkernel.optimize import OptimizeError, run_optimize
+    from maxkernel.optimize import OptimizeError, render_text, run_optimize
 
     use_chip(chip)  # the loop's compiles, verdicts and estimates read the settings' chip
     try:
@@ -40,18 +40,4 @@ def optimize(task, mode, model, size, chip_name, out, session_uri, artifact_uri,
                          artifact_uri=artifact_uri, session_id=session_id, progress=progress)
     except OptimizeError as exc:
         raise UsageError(str(exc)) from None
-    v = r["verdict"] or {}
-    lines = [f"{r['status'].upper()}: {r['stop_reason'] or 'no result'}"]
-    if r["kernel"]:
-        lines.append(f"kernel: {r['kernel']}")
-    if v.get("speedup") is not None:
-        timing = "CPU interpreter time, not TPU time" if "cpu_timing" in v.get("flags", []) else v.get("backend")
-        lines.append(f"held-out verdict {v['status'].upper()}: {v['reason']}; speedup {v['speedup']:.3g}x ({timing})")
-    cost = "unknown cost" if r["cost_usd"] is None else f"${r['cost_usd']:.4f}"
-    lines.append(f"{r['iterations']} iterations, {r['llm_calls']} LLM calls, {r['tokens']} tokens, {cost}"
-                 + (" (replay model)" if r["replay"] else f" ({r['model']})"))
-    if r.get("faults"):
-        kinds = sorted({f["kind"] for f in r["faults"]})
-        lines.append(f"{len(r['faults'])} faults handled ({', '.join(kinds)}); {r['failed_steps']} failed steps")
-    lines.append(f"session: {r['session_id']}")
-    emit(as_json, r, "\n".join(lines), ok=r["status"] == "correct")
+    emit(as_json, r, render_text(r), ok=r["status"] == "correct")

@@ -28,10 +28,10 @@ def bench_list(suite: str, as_json: bool) -> None:
     from maxkernel.bench import list_tasks
 
     rows = list_tasks(suite)
-    lines = [f"{'task':<58} {'tier'}  {'full size fits':<18}  reference kernel"]
+    # Each field in its own column: a realworld task's configs never stand under the kernel column.
+    lines = [f"{'task':<58} {'tier'}  {'full size fits':<18}  {'kernel':<6}  configs"]
     lines += [f"{r['name']:<58} {r['tier']:<4}  {','.join(r['fits_chips']):<18}  "
-              f"{'yes' if r['reference_kernel'] else ''}".rstrip()
-              + (f"  configs: {', '.join(r['configs'])}" if r["configs"] else "") for r in rows]
+              f"{'yes' if r['reference_kernel'] else '-':<6}  {', '.join(r['configs']) or '-'}" for r in rows]
     emit(as_json, rows, "\n".join(lines) + f"\n{len(rows)} tasks")
 
 

@@ -220,6 +220,10 @@ def autotune(task: str, kernel: str, chip: str = "v5e", size: str = "smoke", max
 
 
 def _on_accelerator() -> bool:
+    from maxkernel.chips import accelerator_nodes
+
+    if not accelerator_nodes():  # JAX is not asked: on a CPU machine libtpu's runtime never starts here
+        return False
     import jax
 
     return jax.default_backend() != "cpu"

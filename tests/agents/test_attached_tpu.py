@@ -75,3 +75,13 @@ def test_a_new_run_on_a_tpu_gets_the_chip_and_full_size(tpu_host, tmp_path, monk
         assert _common.session_setup(ctx, "12p_RMSNorm")["size"] == "smoke"  # an explicit size wins
     finally:
         get_settings.cache_clear()
+
+
+def test_the_autotuner_never_asks_jax_on_a_machine_without_a_device_node(tpu_host, monkeypatch):
+    """Asking JAX for its backend on a CPU machine starts libtpu's runtime, which prints its host-bounds warnings
+    into the user's terminal (seen in the demo's autotune step): without a device node JAX is not asked."""
+    from maxkernel.tools.autotune import _on_accelerator
+
+    assert _on_accelerator() is True and tpu_host.asked == 1  # /dev/accel0 present: JAX says tpu
+    monkeypatch.setattr(glob, "glob", lambda p, *a, **k: [])
+    assert _on_accelerator() is False and tpu_host.asked == 1

@@ -49,6 +49,17 @@ def test_bench_list_shows_the_suite(capsys):
     assert sum(bool(r["configs"]) for r in rows) >= 6  # prefill/decode and the like where the op has them
 
 
+@pytest.mark.unit
+def test_bench_list_text_keeps_configs_out_of_the_kernel_column(capsys):
+    assert main(["bench", "list", "--suite", "all"]) == 0
+    header, *rows, total = capsys.readouterr().out.splitlines()
+    kernel_at, configs_at = header.index("kernel"), header.index("configs")
+    by_name = {row.split()[0]: row for row in rows}
+    decode = by_name["rw_causal_conv1d"]
+    assert decode[kernel_at:configs_at].strip() == "-" and decode[configs_at:] == "prefill, decode"
+    assert by_name["8p_GEMM"][kernel_at:configs_at].strip() == "yes" and by_name["8p_GEMM"][configs_at:] == "-"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_each_task_is_non_degenerate_and_its_baseline_within_tolerance_per_config(name):

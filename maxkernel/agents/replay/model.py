@@ -19,7 +19,7 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 
-__all__ = ["ReplayLlm", "recorded_tasks", "LABEL", "field"]
+__all__ = ["ReplayLlm", "recorded_tasks", "loop_tasks", "port_sources", "scope", "LABEL", "field"]
 
 LABEL = "[replay]"
 
@@ -32,6 +32,27 @@ def _recording(task: str) -> dict | None:
 
 def recorded_tasks() -> list[str]:
     return sorted(p.name[:-5] for p in resources.files(__package__).iterdir() if p.name.endswith(".json"))
+
+
+def loop_tasks() -> list[str]:
+    """The tasks the optimisation loop can be replayed on: recordings with an implementer turn (a task folder
+    matches by its name)."""
+    return [t for t in recorded_tasks() if any(turn["role"] == "implementer" for turn in _recording(t)["turns"])]
+
+
+def port_sources() -> list[str]:
+    """The source files (by stem) whose port the replay model has recorded (recording port_<stem>)."""
+    return [t[len("port_"):] for t in recorded_tasks()
+            if t.startswith("port_") and any(turn["role"] == "porter" for turn in _recording(t)["turns"])]
+
+
+def scope() -> str:
+    """What the replay model can do, in one clause, for a refusal that says so up front."""
+    suite = [t for t in loop_tasks() if not t.startswith("port_")]
+    folders = [t for t in loop_tasks() if t.startswith("port_")]  # the folders `port --out` makes of those ports
+    where = ", ".join(suite) + (f" or a task folder named {', '.join(folders)}" if folders else "")
+    return (f"optimize on {where}, and port of {', '.join(f'{p}.py' for p in port_sources())} "
+            "(recorded model turns; the tools, sandbox and verdicts are real)")
 
 
 def field(text: str, name: str) -> str:

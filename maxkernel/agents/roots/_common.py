@@ -48,10 +48,9 @@ def request_text(ctx: InvocationContext) -> str:
 def attached_tpu() -> str | None:
     """The chip of an attached TPU (this process's JAX backend), or None off a TPU. Without a TPU device node
     (/dev/accel*, /dev/vfio) JAX is not asked, so a CPU machine never starts libtpu's runtime."""
-    import glob
-    import os
+    from maxkernel.chips import accelerator_nodes
 
-    if not (glob.glob("/dev/accel*") or glob.glob("/dev/vfio")) or os.environ.get("JAX_PLATFORMS") == "cpu":
+    if not accelerator_nodes():
         return None
     try:
         import jax

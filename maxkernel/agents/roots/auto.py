@@ -27,7 +27,7 @@ from maxkernel.agents.usage import FAULTS_KEY, USAGE_KEY
 from maxkernel.knowledge.examples import remember_proven
 from maxkernel.settings import get_settings
 
-__all__ = ["AutoOrchestrator", "StepFailed"]
+__all__ = ["AutoOrchestrator", "StepFailed", "estimate_text"]
 
 LOOP = "loop"  # state key: {iteration, no_gain, history, best, judged, failed_steps, elapsed_s, finished}
 # State the sub-agents read or the run reports that belongs to one task's loop.
@@ -36,6 +36,24 @@ _PER_TASK = ("plan", "advice", "best_summary", "verdict_summary", "last_error", 
              "reask", "last_tune")
 
 _AGAIN = re.compile(r"\bagain\b", re.I)  # "optimize X again" continues a finished session's loop
+
+
+def estimate_text(verdict: dict | None) -> str:
+    """A verdict's TPU estimate against the XLA baseline on the same chip, said whole (chip, both times, the
+    speedup), or why there is none: what the run's answer carries off a TPU, where CPU time says nothing."""
+    v = verdict or {}
+    est = v.get("estimate") or {}
+    if est.get("ok") and est.get("estimated_ms") is not None and est.get("baseline_estimated_ms") is not None:
+        return (f"TPU estimate on {est['chip']}: {est['estimated_ms']:.3g} ms vs XLA {est['baseline_estimated_ms']:.3g} ms"
+                f", {est['speedup_estimate']:.3g}x (libtpu static profile: estimated, not measured)")
+    if est:
+        why = one_line(est.get("error") or est.get("summary") or "no detail", 240)
+        return f"no TPU estimate on {est.get('chip') or get_settings().chip}: {why}"
+    if v.get("backend") not in (None, "", "cpu") and v.get("speedup") is not None:
+        return f"{v['speedup']:.3g}x vs XLA, measured on {v['backend']}"
+    if not get_settings().estimate:
+        return "no TPU estimate (estimates are off: MAXKERNEL_ESTIMATE=false)"
+    return "no TPU estimate"
 
 
 class StepFailed:
@@ -361,11 +379,12 @@ class AutoOrchestrator(BaseAgent):
             seeds = list(range(s.heldout_seed_base, s.heldout_seed_base + s.eval_seeds))
             final = await asyncio.to_thread(shared_evaluator().evaluate, state["task"], best["path"],
                                             size=state["size"], seeds=seeds)
+            verdict = final.model_dump(mode="json")
             result.update(status="correct" if final.status == "correct" else "failed_heldout",
-                          kernel=best["path"], verdict=final.model_dump(mode="json"), tuned=best.get("tuned"))
+                          kernel=best["path"], verdict=verdict, tuned=best.get("tuned"))
             text = (f"Done ({reason}). Best kernel: {best['path']} from iteration {best['iteration']}, "
                     f"re-judged on held-out seeds {final.correctness.seeds or seeds} (drawn fresh by the harness): "
-                    f"{final.status.upper()} — {final.reason}")
+                    f"{final.status.upper()} — {final.reason}; {estimate_text(verdict)}")
         else:
             text = f"Done ({reason}) without a kernel the harness judged correct."
         loop["finished"] = True

@@ -5,6 +5,7 @@ from google.adk.apps import App
 
 from maxkernel.agents.models import resolve_model
 from maxkernel.agents.usage import UsagePlugin
+from maxkernel.apps._setup import app_or_setup
 from maxkernel.search import steer
 
 from . import prompt
@@ -22,4 +23,4 @@ def build(model=None) -> Agent:
                         steer.add_strategy])
 
 
-app = App(name="search", root_agent=build(), plugins=[UsagePlugin()])
+app = app_or_setup("search", ["search"], lambda: App(name="search", root_agent=build(), plugins=[UsagePlugin()]))

@@ -11,8 +11,8 @@ TUNABLES = {"rows": (32, 64, 128)}
 def _kernel(x_ref, s_ref, o_ref):
     x = x_ref[...].astype(jnp.float32)  # [rows, emb_dim]
     ms = jnp.mean(x * x, axis=-1, keepdims=True)
-    normed = (x * jax.lax.rsqrt(ms + EPS)).astype(o_ref.dtype)
-    o_ref[...] = normed * s_ref[...]
+    normed = (x * jax.lax.rsqrt(ms + EPS)).astype(o_ref.dtype).astype(jnp.float32)  # rounded as the reference
+    o_ref[...] = (normed * s_ref[...].astype(jnp.float32)).astype(o_ref.dtype)  # f32: v5e has no bf16 VPU multiply
 
 
 def workload(x, scale, *, rows=64):
