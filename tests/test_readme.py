@@ -8,7 +8,6 @@ import os
 import re
 import shlex
 import shutil
-import time
 from pathlib import Path
 
 import click
@@ -97,13 +96,11 @@ def _offline(tmp_path, monkeypatch, capsys, argv):
     monkeypatch.chdir(tmp_path)  # no developer .env
     get_settings.cache_clear()
     try:
-        started = time.monotonic()
         code = main(argv)
-        took = time.monotonic() - started
     finally:
         get_settings.cache_clear()
     out, err = capsys.readouterr()
-    return code, out, err, took
+    return code, out, err
 
 
 def _readme_optimize_of_own_task() -> list[str]:
@@ -118,14 +115,14 @@ def test_the_readme_optimize_of_a_users_task_is_refused_up_front_offline(tmp_pat
     folder = tmp_path / "tasks" / "gated_rms"
     shutil.copytree(ROOT / "jaxbench" / "12p_RMSNorm", folder, ignore=shutil.ignore_patterns("kernel.py"))
     argv = _readme_optimize_of_own_task() + (["--model", model] if model else [])
-    code, out, err, took = _offline(tmp_path, monkeypatch, capsys, argv)
+    code, out, err = _offline(tmp_path, monkeypatch, capsys, argv)
     assert code == 2 and out == "" and err.count("\n") == 1, err
     assert "GOOGLE_API_KEY" in err and "GOOGLE_CLOUD_PROJECT" in err, err
     if model == "replay":
         assert "no recording for gated_rms" in err and "12p_RMSNorm" in err, err
     else:
         assert "MAXKERNEL_MODEL=replay" in err or "--model replay" in err, err
-    assert not (tmp_path / "data").exists() and took < 30, took
+    assert not (tmp_path / "data").exists()  # refused before any session, workspace or artifact
 
 
 def test_the_readme_says_which_examples_need_a_model():

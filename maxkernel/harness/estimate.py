@@ -280,10 +280,10 @@ def estimate_program(task, kernel: str | None, chip, size: str = "full", tunable
     if kernel:
         from maxkernel.harness.static_check import check_source
 
-        problems = check_source(source.decode(errors="replace"))
-        if problems:
+        refused = check_source(source.decode(errors="replace"), Path(kernel).name)
+        if refused:  # one violation, naming its line (a string: never joined as a sequence)
             return ProgramEstimate(ok=False, program=program, chip=chip.name, stage="static",
-                                   error="the kernel was refused before import: " + "; ".join(problems[:3]))
+                                   error=f"the kernel was refused before import: {refused}")
     try:
         out = _profile(task, kernel, chip, size, tunables, timeout, [])
         if out.stage == "abort" and _RETRY_FLAG not in out.libtpu_flags:

@@ -42,7 +42,13 @@ def run(job: dict, scratch: Path) -> dict:
     kind = job.get("op_kind") or _kind(obj, module, torch)
     if mode == "describe":
         return {"status": "ok", "kind": kind, "cuda": bool(torch.cuda.is_available()), **_describe(obj, kind, job, torch)}
-    return _oracle(obj, kind, job, scratch, torch)
+    out = _oracle(obj, kind, job, scratch, torch)
+    # What ran, read after the run (not from the source's kind): the device the tensors were on, and whether
+    # Triton was imported and ran under its CPU interpreter.
+    triton = "triton" in sys.modules
+    out["ran"] = {"device": "cuda" if on_gpu else "cpu", "triton": triton,
+                  "triton_interpreter": triton and os.environ.get("TRITON_INTERPRET") == "1"}
+    return out
 
 
 def module_name() -> str:

@@ -20,7 +20,7 @@ from maxkernel.port.spec import PortSpec, draw_check_size, draw_inputs, elements
 from maxkernel.tasknew import specs as S
 from maxkernel.tasks import DEFAULT_TOLERANCE
 
-__all__ = ["PortReport", "check_port", "describe", "feedback_text", "param_specs"]
+__all__ = ["PortReport", "check_port", "describe", "feedback_text", "oracle_label", "param_specs"]
 
 ORIGINAL, PORT = "original.py", "port.py"
 CHECK_BOUND = 4.0  # the second size holds at most this many times the smoke size's elements (the CPU oracle's cost)
@@ -215,10 +215,7 @@ def check_port(spec: PortSpec, port_file: str | Path, function: str, *, seeds: i
         # On an NVIDIA GPU a Triton or CUDA original runs as itself, the oracle a user gave notwithstanding.
         gpu = bool(info.get("cuda")) and spec.kind in ("triton", "cuda")
         src, oname = (spec.source, spec.name) if gpu else (spec.oracle or (spec.source, spec.name))
-        ran = ("the original on an NVIDIA GPU" if gpu else f"the PyTorch oracle {Path(src).name}:{oname} on CPU"
-               if spec.oracle else "the original under Triton's CPU interpreter" if spec.kind == "triton"
-               else "the original in PyTorch on CPU")
-        report = PortReport(ok=True, seeds=drawn, params=info.get("params", []), oracle=ran, **{**base, "kind": kind})
+        report = PortReport(ok=True, seeds=drawn, params=info.get("params", []), **{**base, "kind": kind})
         try:
             pdims = [a for _, a in param_specs(spec, info.get("params", []), primary)]
         except S.SpecError as exc:
@@ -252,6 +249,8 @@ def check_port(spec: PortSpec, port_file: str | Path, function: str, *, seeds: i
                    "dtype": dtype if pspecs else None, "op_kind": "function" if spec.oracle and not gpu else kind,
                    "device": "cuda" if gpu else "cpu", **common}
             res_o, outs_o = _run(pool, job, {ORIGINAL: Path(src), **files}, timeout, len(rows))
+            if res_o.get("status") == "ok" and not report.oracle:
+                report.oracle = oracle_label(res_o.get("ran") or {}, spec.oracle and not gpu and (Path(src).name, oname))
             if res_o.get("status") != "ok":
                 if dtype != primary:
                     report.unsupported_dtypes[dtype] = str(res_o.get("error"))[:300]
@@ -343,6 +342,21 @@ def _finish(report: PortReport, mismatch: dict | None) -> PortReport:
 
 def _dims(d: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in d.items())
+
+
+def oracle_label(ran: dict, oracle: tuple[str, str] | None | bool) -> str:
+    """What ran as the oracle and where, from what the oracle job reports it ran (its device, whether Triton ran
+    under its CPU interpreter), never from the source's declared kind."""
+    if ran.get("device") == "cuda":
+        what = f"the PyTorch oracle {oracle[0]}:{oracle[1]}" if oracle else "the original"
+        return f"{what} on an NVIDIA GPU"
+    if oracle:
+        return f"the PyTorch oracle {oracle[0]}:{oracle[1]} on CPU"
+    if ran.get("triton_interpreter"):
+        return "the original under Triton's CPU interpreter"
+    if not ran:
+        return "the original (the oracle job did not say where it ran)"
+    return "the original in PyTorch on CPU"
 
 
 def feedback_text(report: dict) -> str:

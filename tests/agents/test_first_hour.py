@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import subprocess
-import time
 from importlib import resources
 from pathlib import Path
 
@@ -110,14 +109,12 @@ def _in_process(argv, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     get_settings.cache_clear()
     try:
-        started = time.monotonic()
         code = main(argv)
-        took = time.monotonic() - started
     finally:
         monkeypatch.undo()
         get_settings.cache_clear()
     out, err = capsys.readouterr()
-    return code, out, err, took
+    return code, out, err
 
 
 @pytest.mark.unit
@@ -127,14 +124,13 @@ def test_optimize_on_a_folder_task_the_replay_model_has_not_recorded_is_refused_
 
     folder = tmp_path / "mine"
     shutil.copytree(ROOT / "jaxbench" / "12p_RMSNorm", folder)
-    code, out, err, took = _in_process(["optimize", "--task", str(folder), "--model", "replay"], tmp_path,
+    code, out, err = _in_process(["optimize", "--task", str(folder), "--model", "replay"], tmp_path,
                                        monkeypatch, capsys)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert "no recording for mine" in err and "recordings only for optimize on 12p_RMSNorm" in err
     assert "and port of " in err and "rmsnorm_module.py" in err  # what it can do, said up front
     assert "MAXKERNEL_MODEL" in err and "GOOGLE_API_KEY" in err and "GOOGLE_CLOUD_PROJECT" in err
     assert not (tmp_path / "data").exists()  # no session, workspace or artifact
-    assert took < 30, took
 
 
 @pytest.mark.unit

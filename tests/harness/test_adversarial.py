@@ -61,7 +61,7 @@ def test_xla_matmul_behind_a_pallas_epilogue_is_rejected(raw):
 def test_hangs_time_out_and_are_killed(raw, kernel):
     v = _judge(raw, "12p_RMSNorm", HOSTILE / kernel, timeout=8)
     assert v.status == "timeout"
-    assert v.wall_s < 30
+    assert "its process group was killed" in v.reason, v.reason  # killed at its limit, not waited out
 
 
 def _write(tmp_path: Path, name: str, body: str) -> Path:

@@ -99,6 +99,27 @@ def test_combining_takes_the_geomean_the_worst_error_and_the_first_failure():
     assert flagged.flags == ["cpu_timing", "noisy"]  # a flag one config raised is not lost
 
 
+@pytest.mark.unit
+def test_the_combined_correctness_is_the_worst_configs_whole():
+    """Every figure of the combined correctness comes from one config, the one nearest its bounds: its error, its
+    Frobenius error, its tolerances and its per-seed rows, never the first config's beside another's error."""
+    from maxkernel.harness.verdict import SeedCheck
+
+    def verdict(err, tol, fro, fro_tol, seed):
+        row = SeedCheck(seed=seed, ok=True, max_rel_err=err, fro_err=fro)
+        return Verdict(task="t", kernel_file="k.py", size="smoke", status="correct", reason="ok",
+                       correctness=Correctness(max_rel_err=err, tolerance=tol, max_fro_err=fro, fro_tolerance=fro_tol,
+                                               seeds=[seed], per_seed=[row]))
+
+    # b has the larger max error, but a comes nearer its (tighter) Frobenius bound: a is the worst.
+    a, b = verdict(1e-3, 2e-2, 9e-4, 1e-3, 11), verdict(5e-3, 2e-2, 1e-4, 1e-3, 22)
+    both = combine("smoke", {"prefill": ("smoke", a), "decode": ("smoke@decode", b)})
+    assert both.correctness == a.correctness
+    flipped = combine("smoke", {"prefill": ("smoke", b), "decode": ("smoke@decode", a)})
+    assert flipped.correctness == a.correctness  # not the first config's
+    assert both.configs["decode"]["max_fro_err"] == 1e-4 and both.configs["prefill"]["fro_tolerance"] == 1e-3
+
+
 @pytest.mark.slow
 @pytest.mark.integration
 def test_a_kernel_wrong_on_one_config_is_caught_and_the_config_named(task_dir, tmp_path, evaluator):

@@ -225,3 +225,26 @@ def test_check_file_passes_a_clean_file(tmp_path):
     path = tmp_path / "mine.py"
     path.write_text(HEADER + "def workload(x):\n    return jnp.sin(x)\n")
     assert check_file(path) is None
+
+
+def test_an_estimate_refused_before_import_says_the_whole_reason(tmp_path, monkeypatch):
+    """The estimator's refusal is the static check's one violation, said whole with its line (it was joined
+    character by character: "refused before import: k; e; r"), and no job runs for it."""
+    from maxkernel import chips
+    from maxkernel.harness import estimate as est
+    from maxkernel.settings import get_settings
+    from maxkernel.tasks import load_task
+
+    monkeypatch.setenv("MAXKERNEL_CACHE_DIR", str(tmp_path / "cache"))
+    get_settings.cache_clear()
+    monkeypatch.setattr(est, "_profile", lambda *a, **k: pytest.fail("a refused kernel was profiled"))
+    kernel = tmp_path / "timed_kernel.py"
+    kernel.write_text("import jax\nimport time\n\n\ndef benchmark(f):\n    return time.perf_counter()\n\n\n"
+                      "def workload(x, scale):\n    return x\n")
+    try:
+        r = est.estimate_program(load_task("12p_RMSNorm"), str(kernel), chips.get("v5e"), "full")
+    finally:
+        get_settings.cache_clear()
+    assert not r.ok and r.stage == "static"
+    assert r.error == ("the kernel was refused before import: " + check_source(kernel.read_text(), kernel.name))
+    assert "timed_kernel.py line 2: import of 'time' is not allowed" in r.error, r.error

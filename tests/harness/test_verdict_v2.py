@@ -85,15 +85,25 @@ def test_samples_forged_inside_the_clock_window_are_rejected(raw):
     _refused(v, "rejected", "the timing was forged")
 
 
-def test_a_thread_started_by_the_kernel_never_runs_while_the_baseline_is_timed(raw):
-    honest = raw.evaluate(RMS, KERNELS / "rmsnorm_rows.py")
+def test_a_thread_started_by_the_kernel_never_runs_while_the_baseline_is_timed(raw, monkeypatch):
+    """The baseline is timed in the judge's process, and only once the candidate's process (and so the burner's
+    thread, which takes the interpreter lock for whole switch intervals) is gone: the judge is told to time only
+    after the candidate's worker has exited. Asserted on the mechanism, not on timings a loaded machine blurs."""
+    from maxkernel.harness.judge_pair import JudgePair
+
+    seen = []
+    release = JudgePair.release_judge
+
+    def spy(self, *, time_it, lowered):
+        seen.append((time_it, self.workers["candidate"].proc.poll()))
+        return release(self, time_it=time_it, lowered=lowered)
+
+    monkeypatch.setattr(JudgePair, "release_judge", spy)
     burner = raw.evaluate(RMS, V2 / "gil_burner.py")
-    assert honest.ok and burner.ok, (honest.reason, burner.reason)
-    # The baseline is timed in the judge's process, which the burner's thread never reaches. In the candidate's
-    # process the thread takes the interpreter lock for whole switch intervals (5 ms) against a ~0.1 ms call:
-    # a baseline timed there comes out tens of times slower. Between processes on a busy machine, ~2.5x is noise.
-    ratio = burner.baseline.median_ms / honest.baseline.median_ms
-    assert 0.2 < ratio < 5.0, (honest.baseline, burner.baseline)
+    assert burner.ok, burner.reason
+    timed = [code for time_it, code in seen if time_it]
+    assert timed and all(code is not None for code in timed), seen  # the candidate had exited before the judge timed
+    assert burner.baseline and burner.baseline.samples_ms  # the judge's samples, the only ones the verdict reads
 
 
 # -- 4. input lookup ---------------------------------------------------------------------------------------------

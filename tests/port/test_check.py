@@ -169,3 +169,12 @@ def test_the_report_says_what_ran_as_the_oracle(tmp_path):
     r = check_port(_spec("triton_softmax", smoke=["R=64", "C=128"]), PORTS / "port_triton_softmax_v1.py", "softmax",
                    seeds=1)
     assert r.equivalent and r.oracle == "the original under Triton's CPU interpreter", r.oracle
+
+
+def test_the_oracle_label_follows_what_ran_not_the_declared_kind():
+    """Declared as plain torch (--kind torch), the Triton launcher still runs under Triton's CPU interpreter (the job
+    sees the import): the report says so, because the label is what the oracle job reports it ran."""
+    spec = _spec("triton_softmax", smoke=["R=64", "C=128"], kind="torch")
+    assert spec.kind == "torch"
+    r = check_port(spec, PORTS / "port_triton_softmax_v1.py", "softmax", seeds=1)
+    assert r.equivalent and r.oracle == "the original under Triton's CPU interpreter", r.oracle

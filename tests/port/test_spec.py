@@ -40,13 +40,20 @@ def test_kind_is_read_from_the_source_and_cuda_needs_an_oracle(tmp_path):
     assert build_spec(str(SOURCES / "fused_attention.py"), ["bf16[1,2,64,128]"] * 3).kind == "torch"
     cu = tmp_path / "cu_op.py"
     cu.write_text("from torch.utils.cpp_extension import load_inline\n\n\ndef scale(x):\n    return x\n")
-    if not gpu_here():  # on an NVIDIA GPU the CUDA original runs as itself
-        with pytest.raises(SpecError, match="--oracle"):
-            build_spec(str(cu), ["f32[64]"])
     oracle = tmp_path / "oracle.py"
     oracle.write_text("def scale(x):\n    return x * 2\n")
     spec = build_spec(str(cu), ["f32[64]"], oracle=f"{oracle}:scale")
     assert spec.kind == "cuda" and spec.oracle == (oracle, "scale")
+
+
+def test_a_cuda_source_needs_an_oracle_off_a_gpu(tmp_path):
+    if gpu_here():
+        pytest.skip("on an NVIDIA GPU a CUDA original runs as itself and needs no --oracle "
+                    "(tests/port/test_check.py's gpu tests cover that path)")
+    cu = tmp_path / "cu_op.py"
+    cu.write_text("from torch.utils.cpp_extension import load_inline\n\n\ndef scale(x):\n    return x\n")
+    with pytest.raises(SpecError, match="--oracle"):
+        build_spec(str(cu), ["f32[64]"])
 
 
 def test_dims_init_and_smoke_sizes():
