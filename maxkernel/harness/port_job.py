@@ -219,6 +219,8 @@ def _oracle_one(obj, kind: str, job: dict, scratch: Path, torch, i: int, instanc
         t.requires_grad_(True)
     data, params = (tensors[:len(tensors) - n_params], tensors[len(tensors) - n_params:]) if n_params else (tensors, [])
     before = [t.detach().clone() for t in data]
+    if backward:  # the op sees copies: an in-place one then returns None and is refused below in plain words,
+        data = [t.clone() for t in data]  # not by torch's "leaf Variable ... in-place operation"; grads flow back
     with torch.set_grad_enabled(backward):
         if kind == "module":
             instance, names = _module_at(obj, job, i, instances, device, torch)

@@ -97,10 +97,14 @@ def test_replay_port_of_each_held_in_source_is_proven_and_becomes_a_task(stem, t
         bad.write_text((KERNELS / "port_rmsnorm_module_pallas.py").read_text().replace("* w_ref[...]", "* (1 + w_ref[...])"))
         assert evaluate(str(out), bad, size="smoke", estimate=False).status == "incorrect"
     else:
-        # The harness loads and judges the ported task: a Pallas kernel that copies its first input through is
-        # judged (incorrect, or rejected for doing none of the task's FLOPs), never an error about the task.
+        # The harness loads and judges the ported task: a Pallas kernel written for it is correct (so the task's
+        # reference is the operator), and one that copies its first input through is judged (incorrect, or
+        # rejected for doing none of the task's FLOPs), never an error about the task.
         from maxkernel.harness.evaluate import evaluate
 
+        good = evaluate(str(out), Path(__file__).parents[1] / "port" / "kernels" / f"{stem}_pallas.py", size="smoke",
+                        estimate=False)
+        assert good.status == "correct", good.reason
         copy = tmp_path / "copy.py"
         copy.write_text(COPY_KERNEL)
         v = evaluate(str(out), copy, size="smoke", estimate=False)
@@ -130,3 +134,26 @@ def test_force_over_a_folder_that_is_not_a_task_is_refused_before_any_work(tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and "not a task folder" in err[-1] and "describing" not in "\n".join(err)
     assert (tmp_path / "notes" / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_backward_through_the_cli(tmp_path):
+    """`port --backward`: an autograd.Function whose own backward is wrong exits 1 naming the input whose gradient
+    differs; the right one exits 0 with the gradients checked (the forward alone passes both)."""
+    need_module("torch", extra="port")
+    port = tmp_path / "port.py"
+    port.write_text("def square(x):\n    return x * x\n")
+    for factor, code in (("2", 0), ("3", 1)):
+        src = tmp_path / f"sq{factor}.py"
+        src.write_text("import torch\n\n\nclass Square(torch.autograd.Function):\n    @staticmethod\n"
+                       "    def forward(ctx, x):\n        ctx.save_for_backward(x)\n        return x * x\n\n"
+                       "    @staticmethod\n    def backward(ctx, g):\n        (x,) = ctx.saved_tensors\n"
+                       f"        return {factor} * x * g\n")
+        r = _run(tmp_path, "--from", f"{src}:Square", "--arg", "f32[8,128]", "--jax", f"{port}:square", "--seeds", "1",
+                 "--backward", "--json")
+        assert r.returncode == code, r.stderr[-2000:]
+        doc = json.loads(r.stdout)
+        assert doc["port"]["backward"] is True and doc["equivalent"] is (code == 0)
+        if code:
+            assert doc["port"]["mismatch"]["gradient_of_input"] == 0 and "gradient of input 0" in doc["summary"]

@@ -278,9 +278,11 @@ def test_evaluates_the_shipped_gemm_correct_with_progress(server):
 
 
 def test_a_cheating_kernel_is_not_correct(server):
+    """Rejected for the cheat itself (the GEMM done by XLA outside pallas_call), not for any failure a sandbox error
+    or a crash would also give."""
     out = _structured(server.call("evaluate_kernel", {"task": "8p_GEMM", "path": "cheat.py"}))
-    assert out["status"] != "correct", out
-    assert out["reason"]
+    assert out["status"] == "rejected" and out["stage"] == "integrity", out
+    assert "outside pallas_call" in out["reason"] and "100%" in out["reason"], out["reason"]
 
 
 def test_errors_are_results_and_the_server_stays_up(server):

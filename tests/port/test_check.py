@@ -178,3 +178,29 @@ def test_the_oracle_label_follows_what_ran_not_the_declared_kind():
     assert spec.kind == "torch"
     r = check_port(spec, PORTS / "port_triton_softmax_v1.py", "softmax", seeds=1)
     assert r.equivalent and r.oracle == "the original under Triton's CPU interpreter", r.oracle
+
+
+def test_backward_covers_a_modules_parameters(tmp_path):
+    """A module's parameters are inputs of the backward check too: a port whose forward is right but whose weight
+    gradient is cut (stop_gradient on the scale) is named by that input; the honest port is equivalent."""
+    honest = PORTS / "port_rmsnorm_module_v2.py"
+    spec = _spec("rmsnorm_module", smoke=["T=64", "H=256"])
+    r = check_port(spec, honest, "rmsnorm", seeds=1, backward=True)
+    assert r.equivalent and r.backward, r.summary
+    cut = tmp_path / "cut.py"
+    cut.write_text(honest.read_text().replace("* weight", "* lax.stop_gradient(weight)"))
+    r = check_port(spec, cut, "rmsnorm", seeds=1, backward=True)
+    assert not r.equivalent and r.mismatch["gradient_of_input"] == 1, r.summary  # weight: the trailing input
+    assert "gradient of input 1" in r.summary
+    assert check_port(spec, cut, "rmsnorm", seeds=1).equivalent  # forward alone cannot see it
+
+
+def test_backward_refuses_an_in_place_original(tmp_path):
+    src = tmp_path / "inplace.py"
+    src.write_text("def axpy_(y, x, alpha: float = 2.0):\n    y.add_(x, alpha=alpha)\n")
+    port = tmp_path / "port.py"
+    port.write_text("def axpy(y, x, alpha=2.0):\n    return y + alpha * x\n")
+    spec = build_spec(f"{src}:axpy_", ["f32[N=256]", "f32[N=256]"], static=["alpha=3.0"])
+    assert check_port(spec, port, "axpy", seeds=1).equivalent  # the forward check takes it
+    r = check_port(spec, port, "axpy", seeds=1, backward=True)
+    assert not r.equivalent and "needs an op that returns its outputs" in (r.error or ""), r.summary
