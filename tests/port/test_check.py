@@ -165,12 +165,6 @@ def test_on_an_nvidia_gpu_the_triton_original_runs_as_itself():
     assert r.equivalent and r.oracle == "the original on an NVIDIA GPU", r.summary
 
 
-def test_the_report_says_what_ran_as_the_oracle(tmp_path):
-    r = check_port(_spec("triton_softmax", smoke=["R=64", "C=128"]), PORTS / "port_triton_softmax_v1.py", "softmax",
-                   seeds=1)
-    assert r.equivalent and r.oracle == "the original under Triton's CPU interpreter", r.oracle
-
-
 def test_the_oracle_label_follows_what_ran_not_the_declared_kind():
     """Declared as plain torch (--kind torch), the Triton launcher still runs under Triton's CPU interpreter (the job
     sees the import): the report says so, because the label is what the oracle job reports it ran."""
@@ -192,7 +186,6 @@ def test_backward_covers_a_modules_parameters(tmp_path):
     r = check_port(spec, cut, "rmsnorm", seeds=1, backward=True)
     assert not r.equivalent and r.mismatch["gradient_of_input"] == 1, r.summary  # weight: the trailing input
     assert "gradient of input 1" in r.summary
-    assert check_port(spec, cut, "rmsnorm", seeds=1).equivalent  # forward alone cannot see it
 
 
 def test_backward_refuses_an_in_place_original(tmp_path):
@@ -201,6 +194,5 @@ def test_backward_refuses_an_in_place_original(tmp_path):
     port = tmp_path / "port.py"
     port.write_text("def axpy(y, x, alpha=2.0):\n    return y + alpha * x\n")
     spec = build_spec(f"{src}:axpy_", ["f32[N=256]", "f32[N=256]"], static=["alpha=3.0"])
-    assert check_port(spec, port, "axpy", seeds=1).equivalent  # the forward check takes it
     r = check_port(spec, port, "axpy", seeds=1, backward=True)
     assert not r.equivalent and "needs an op that returns its outputs" in (r.error or ""), r.summary
