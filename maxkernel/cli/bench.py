@@ -1,4 +1,5 @@
-"""`maxkernel bench`: the suite (list, run), the agent over many tasks (agent), ADK eval sets (evalset)."""
+"""`maxkernel bench`: the suite (list, run), the agent over many tasks (agent), the shipped kernels' table (kernels),
+ADK eval sets (evalset)."""
 
 from __future__ import annotations
 
@@ -132,6 +133,49 @@ def bench_agent(tasks, all_tasks, suite, mode, model, size, chip_name, out, conc
         lines.append(f"skipped {len(doc['skipped'])}: {doc['skipped'][0]['reason']}")
     lines.append(f"records in {doc['out']}/records; `maxkernel report {doc['out']}` renders them")
     emit(as_json, doc, "\n".join(lines), ok=not any(r.get("failure") == "agent_error" for r in doc["tasks"]))
+
+
+@bench.command("kernels")
+@suite_option
+@click.option("--task", "tasks", multiple=True, help="a task name or task folder with a kernel.py (repeatable); "
+              "default every task of --suite that ships one")
+@click.option("--chip", "chips", multiple=True, metavar="CHIP",
+              help="TPU chip to compile and estimate for (repeatable); default the settings' chip")
+@click.option("--out", default="runs/kernels", show_default=True, type=click.Path(file_okay=False),
+              help="results folder (records/, kernels.json, kernels.md, kernels.png); re-running with it resumes")
+@json_option
+def bench_kernels(suite, tasks, chips, out, as_json) -> None:
+    """The shipped kernels' table: each task's kernel.py judged by the harness (fresh seeds, smoke size), compiled at
+    full size and estimated against XLA on each chip; fast_p by estimate per chip. A task whose kernel, files and
+    estimator are unchanged since its record is not redone. Exit 0 when every kernel is correct and estimated on
+    every chip, 1 when some is not, 2 usage."""
+    from maxkernel.evals.stats import FAST_P, fast_key
+    from maxkernel.kernel_table import TableError, run_table, table_tasks
+
+    names = list(dict.fromkeys(resolve_chip(c, allow_native=False, tpu_only=True) for c in chips)) or \
+        [resolve_chip(None, allow_native=False, tpu_only=True)]
+    try:
+        picked = table_tasks(suite, [t.strip() for item in tasks for t in item.split(",") if t.strip()])
+        if not picked:
+            raise TableError(f"no task of --suite {suite} ships a kernel.py")
+        doc = run_table(picked, names, out, progress=progress)
+    except TableError as exc:
+        raise UsageError(str(exc)) from None
+    lines = []
+    for r in doc["rows"]:
+        cells = "  ".join(f"{c} {cell['speedup']:.2f}x" if cell.get("speedup") else f"{c} —"
+                          for c, cell in (r.get("chips") or {}).items())
+        lines.append(f"{r['task']:<44} {r['status'].upper():<10} {cells}".rstrip())
+    for c in names:
+        f = doc["summary"]["by_chip"][c]["all"]
+        geo = f"{f['geomean_speedup']:.3g}x over {f['estimated']} kernels" if f["geomean_speedup"] else "—"
+        lines.append(f"{c}: {f['correct']}/{f['tasks']} correct; "
+                     + " ".join(f"{fast_key(p)} {f[fast_key(p)]:.0%}" for p in FAST_P) + f"; geomean speedup {geo}"
+                     + (f"; not estimated: {', '.join(f['not_estimated'])}" if f["not_estimated"] else ""))
+    lines.append(f"speedups are {doc['label']}")
+    lines.append(f"table in {doc['files']['markdown']}, plot {doc['files']['plot']}, JSON {doc['files']['json']}")
+    complete = all(r["correct"] and all((r["chips"].get(c) or {}).get("speedup") for c in names) for r in doc["rows"])
+    emit(as_json, doc, "\n".join(lines), ok=complete)
 
 
 @bench.command("evalset")

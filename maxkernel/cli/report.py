@@ -1,4 +1,5 @@
-"""`maxkernel report DIR`: a `bench agent` results folder as Markdown and HTML with plots."""
+"""`maxkernel report DIR`: a `bench agent` results folder as Markdown and HTML with plots, or a `bench kernels`
+folder as its table with fast_p by estimate per chip."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def report(folder: str, out: str | None, as_json: bool) -> None:
 
     if not Path(folder).is_dir():
         raise UsageError(f"results folder not found: {folder}")
+    if (Path(folder) / "kernels.json").is_file():  # a `bench kernels` folder: its table, by estimate, per chip
+        return _kernel_table(folder, as_json)
     try:
         doc = render_report(folder, out)
     except ReportError as exc:
@@ -34,3 +37,22 @@ def report(folder: str, out: str | None, as_json: bool) -> None:
     if doc["cpu_timing"]:
         text += "\nnote: CPU results: speedups are interpreter timings, and the report says so"
     emit(as_json, doc, text)
+
+
+def _kernel_table(folder: str, as_json: bool) -> None:
+    from maxkernel.evals.stats import FAST_P, fast_key
+    from maxkernel.kernel_table import TableError, render_table
+
+    try:
+        doc = render_table(folder)
+    except TableError as exc:
+        raise UsageError(str(exc)) from None
+    lines = [f"wrote {doc['files']['markdown']}", f"wrote {doc['files']['plot']}",
+             f"fast_p by estimate ({doc['label']}):"]
+    for chip, parts in doc["summary"]["by_chip"].items():
+        for part, f in parts.items():
+            geo = f"{f['geomean_speedup']:.3g}x" if f["geomean_speedup"] else "—"
+            lines.append(f"  {chip}{'' if part == 'all' else f' {part}'}: {f['correct']}/{f['tasks']} correct; "
+                         + " ".join(f"{fast_key(p)} {f[fast_key(p)]:.0%}" for p in FAST_P)
+                         + f"; geomean speedup {geo} over {f['estimated']} estimated")
+    emit(as_json, doc, "\n".join(lines))

@@ -1,0 +1,288 @@
+"""`maxkernel bench kernels`: the shipped kernels' table. Each task's `kernel.py` is judged by the harness on fresh
+seeds, compiled at full size for each chip, and estimated against the task's XLA baseline on each chip (libtpu's
+static profile: estimates, labelled so); one record per task, resumable, summarised as fast_p by estimate."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from pathlib import Path
+from typing import Callable
+
+__all__ = ["TableError", "run_table", "render_table", "summarize_table", "table_tasks", "RECORDS", "DOC"]
+
+RECORDS = "records"  # one <task>.json per finished task under --out
+DOC = "kernels.json"  # the whole table, rewritten after every task
+LABEL = "estimated TPU time at full size (libtpu static profile + roofline floor), not measured"
+TRANSIENT = ("timeout", "sandbox")  # estimate stages that say nothing of the kernel: retried on the next run
+
+
+class TableError(ValueError):
+    """Bad input found before any work (an unknown task, a task without kernel.py, a chip that is not a TPU)."""
+
+
+def table_tasks(suite: str, names: list[str] | None) -> list:
+    """The tasks to tabulate: `names` (suite names or task folders), each of which must ship a kernel.py; else
+    every task of `suite` that ships one."""
+    import jaxbench
+    from maxkernel.tasks import TaskError, load_task
+
+    if names:
+        out = []
+        for name in names:
+            try:
+                task = load_task(name)
+            except TaskError as exc:
+                raise TableError(str(exc)) from None
+            if not (task.path / "kernel.py").is_file():
+                raise TableError(f"task {task.name} ships no kernel.py ({task.path})")
+            out.append(task)
+        return out
+    tasks = [load_task(n) for n in jaxbench.task_names(suite)]
+    return [t for t in tasks if (t.path / "kernel.py").is_file()]
+
+
+def _key(task, kernel: Path, chips: list[str]) -> str:
+    """What a record is valid for: the kernel's bytes, the task's files, the estimator's method and the chips."""
+    from maxkernel.harness.estimate import _method_digest
+    from maxkernel.harness.estimate_job import libtpu_version
+
+    parts = [hashlib.sha256(kernel.read_bytes()).hexdigest(), task.digest, _method_digest(), libtpu_version(),
+             sorted(chips)]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
+
+
+def _geomean(values: list[float]) -> float | None:
+    if not values or any(v is None or not v > 0 for v in values):
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _chip_cell(task, kernel: Path, verdict, chip: str, sizes: list[str], compiled: dict) -> dict:
+    """One chip's compile and estimate (per config, geomean speedup), with the tie between what was priced and
+    what was checked; a speedup is reported only when every config was estimated and tied."""
+    from maxkernel.harness.estimate import estimate
+    from maxkernel.harness.integrity import priced_differs
+
+    cell: dict = {"chip": chip, "compiled": all(compiled[(chip, s)].ok for s in sizes), "configs": {}}
+    first = compiled[(chip, sizes[0])]
+    cell.update(vmem_bytes=first.vmem_bytes, vmem_limit_bytes=first.vmem_limit_bytes)
+    if not cell["compiled"]:
+        bad = next(compiled[(chip, s)] for s in sizes if not compiled[(chip, s)].ok)
+        cell.update(error=f"does not compile for {chip}: {bad.summary}", speedup=None, retry=bad.stage == "sandbox")
+        return cell
+    for size in sizes:
+        est = estimate(task.name if task.source == "jaxbench" else str(task.path), str(kernel), chip=chip, size=size)
+        why = None
+        if est.ok:
+            why = priced_differs(verdict.integrity.get("fingerprints") or {}, (est.fit or {}).get("fingerprints") or [])
+        error, stage = (None, None) if est.ok else (est.error or est.summary, est.stage)
+        if est.ok and est.speedup_estimate is None:  # the kernel priced, the XLA baseline not: no speedup to show
+            base = est.baseline
+            error = f"the XLA baseline could not be estimated: {base.error if base else 'no estimate'}"
+            stage = base.stage if base else None
+        cell["configs"][size] = {
+            "ok": est.ok and why is None and error is None, "kernel_ms": est.estimated_ms, "baseline_ms": est.baseline_estimated_ms,
+            "speedup": est.speedup_estimate if why is None else None, "bound": est.bound,
+            "fraction_of_roofline": est.fraction_of_roofline, "roofline_ms": est.roofline_ms,
+            "own_floor_ms": est.own_floor_ms, "data_dependent": est.data_dependent, "limits": est.limits,
+            "could_not_estimate": error, "stage": stage,
+            "not_the_checked_program": f"the program priced is not the one checked ({why})" if why else None}
+    rows = list(cell["configs"].values())
+    cell["speedup"] = _geomean([r["speedup"] for r in rows]) if all(r["ok"] for r in rows) else None
+    for key in ("kernel_ms", "baseline_ms"):
+        cell[key] = rows[0][key] if len(rows) == 1 else None
+    cell.update(bound=rows[0]["bound"], fraction_of_roofline=rows[0]["fraction_of_roofline"],
+                data_dependent=any(r["data_dependent"] for r in rows))
+    reasons = [r["could_not_estimate"] or r["not_the_checked_program"] for r in rows if not r["ok"]]
+    if reasons:
+        cell["error"] = reasons[0]
+    # A profile that ran out of time or lost its process says nothing of the kernel: the next run tries again.
+    cell["retry"] = any(r["stage"] in TRANSIENT for r in rows) or any(
+        compiled[(chip, s)].stage == "sandbox" for s in sizes)
+    return cell
+
+
+def _row(task, chips: list[str], key: str, progress: Callable[[str], None]) -> dict:
+    """Judge, compile and estimate one task's shipped kernel."""
+    from maxkernel.harness.evaluate import evaluate
+    from maxkernel.tools.compile_pallas import compile_many
+
+    kernel = task.path / "kernel.py"
+    t0 = time.monotonic()
+    row = {"task": task.name, "suite": task.suite, "tier": task.tier, "kernel": str(kernel), "key": key,
+           "label": LABEL}
+    progress(f"{task.name}: judging {kernel.name} on fresh seeds (smoke size, sandboxed)")
+    v = evaluate(task.name if task.source == "jaxbench" else str(task.path), kernel, size="smoke", estimate=False)
+    row.update(status=v.status, correct=v.status == "correct", reason=v.reason,
+               max_rel_err=v.correctness.max_rel_err, tolerance=v.correctness.tolerance,
+               pallas_share=v.integrity.get("pallas_share"), uses_library_kernel=v.uses_library_kernel or "",
+               seeds=v.correctness.seeds, chips={})
+    if not row["correct"]:
+        row["note"] = f"not compiled or estimated: the harness judged it {v.status}"
+        row["wall_s"] = round(time.monotonic() - t0, 1)
+        return row
+    sizes = list(task.config_sizes("full").values()) or ["full"]
+    progress(f"{task.name}: compiling at full size for {', '.join(chips)}")
+    compiled = {}
+    for size in sizes:
+        for res in compile_many(task.name if task.source == "jaxbench" else str(task.path), str(kernel), chips,
+                                size=size):
+            compiled[(res.chip, size)] = res
+    for chip in chips:
+        progress(f"{task.name}: estimating the kernel and the XLA baseline on {chip} (profiled compiles)")
+        row["chips"][chip] = _chip_cell(task, kernel, v, chip, sizes, compiled)
+    row["wall_s"] = round(time.monotonic() - t0, 1)
+    return row
+
+
+def summarize_table(rows: list[dict], chips: list[str]) -> dict:
+    """Per chip (and per suite within it): fast_p by estimate (fast_0 = correct share; fast_p = correct with an
+    estimated speedup above p), the geomean estimated speedup over the correct kernels that have one, and the rows
+    left out of it (correct but not estimated, with why)."""
+    from maxkernel.evals.stats import FAST_P, fast_key
+
+    def figures(part: list[dict], chip: str) -> dict:
+        speed = {r["task"]: (r.get("chips") or {}).get(chip, {}).get("speedup") for r in part}
+        n = len(part)
+        out = {"tasks": n, "correct": sum(r["correct"] for r in part)}
+        for p in FAST_P:
+            hits = sum(r["correct"] and (p == 0 or (speed[r["task"]] or 0) > p) for r in part)
+            out[fast_key(p)] = hits / n if n else None
+        ranked = [speed[r["task"]] for r in part if r["correct"] and speed[r["task"]]]
+        out["geomean_speedup"] = _geomean(ranked)
+        out["estimated"] = len(ranked)
+        out["not_estimated"] = {r["task"]: (r["chips"].get(chip) or {}).get("error") or "not estimated"
+                                for r in part if r["correct"] and not speed[r["task"]]}
+        out["slower_than_xla"] = sorted(r["task"] for r in part if r["correct"] and speed[r["task"]]
+                                        and speed[r["task"]] < 1)
+        return out
+
+    suites = sorted({r["suite"] for r in rows})
+    return {"label": LABEL, "tasks": len(rows), "correct": sum(r["correct"] for r in rows),
+            "by_chip": {c: {"all": figures(rows, c), **({s: figures([r for r in rows if r["suite"] == s], c)
+                                                          for s in suites} if len(suites) > 1 else {})}
+                        for c in chips}}
+
+
+def _markdown(rows: list[dict], summary: dict, chips: list[str]) -> str:
+    from maxkernel.evals.stats import FAST_P, fast_key
+
+    def ms(v) -> str:
+        return f"{v:.3g}" if v else "—"
+
+    head = ["task", "verdict"] + [f"{c} {w}" for c in chips for w in ("kernel ms", "XLA ms", "speedup", "bound",
+                                                                       "roofline")] + ["VMEM", "notes"]
+    lines = [f"# Shipped kernels: {LABEL}", "",
+             "Verdicts are the harness's (sandboxed, fresh seeds, smoke size); times are estimates for each chip at "
+             "full size, kernel and XLA baseline priced the same way. Only kernels judged correct are counted.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["task"], r["status"].upper()]
+        notes = [r["note"]] if r.get("note") else []
+        vmem = ""
+        for c in chips:
+            cell = (r.get("chips") or {}).get(c) or {}
+            frac = cell.get("fraction_of_roofline")
+            cells += [ms(cell.get("kernel_ms")), ms(cell.get("baseline_ms")),
+                      f"{cell['speedup']:.2f}x" if cell.get("speedup") else "—", cell.get("bound") or "—",
+                      f"{frac:.0%}" if frac else "—"]
+            if cell.get("error"):
+                notes.append(f"{c}: {cell['error'][:160]}")
+            if cell.get("vmem_bytes") and not vmem:
+                vmem = f"{cell['vmem_bytes'] / 2**20:.1f} MiB"
+        if r.get("uses_library_kernel"):
+            notes.append(f"uses library kernel {r['uses_library_kernel']}")
+        cells += [vmem or "—", "; ".join(notes).replace("|", "/")]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "## fast_p by estimate", "", "| chip | tasks | correct | " + " | ".join(fast_key(p) for p in FAST_P)
+              + " | geomean speedup |", "|---|---|---|" + "---|" * (len(FAST_P) + 1)]
+    for c in chips:
+        for part, f in summary["by_chip"][c].items():
+            geo = f"{f['geomean_speedup']:.3g}x over {f['estimated']}" if f["geomean_speedup"] else "—"
+            lines.append(f"| {c}{'' if part == 'all' else f' ({part})'} | {f['tasks']} | {f['correct']} | "
+                         + " | ".join(f"{f[fast_key(p)]:.0%}" for p in FAST_P) + f" | {geo} |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot(rows: list[dict], chips: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["task"] for r in rows]
+    fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(names) + 2), 4))
+    width = 0.8 / max(len(chips), 1)
+    for i, c in enumerate(chips):
+        vals = [((r.get("chips") or {}).get(c) or {}).get("speedup") or 0 for r in rows]
+        ax.bar([k + i * width for k in range(len(names))], vals, width, label=c)
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="XLA baseline (1x)")
+    ax.set_xticks([k + width * (len(chips) - 1) / 2 for k in range(len(names))], names, rotation=60, ha="right",
+                  fontsize=7)
+    ax.set_ylabel("estimated speedup vs XLA", fontsize=8)
+    ax.set_title("Shipped kernels by TPU estimate (libtpu static profile); 0 = not correct or not estimated",
+                 fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_table(tasks: list, chips: list[str], out: str | Path, progress: Callable[[str], None] | None = None) -> dict:
+    """Tabulate `tasks` for `chips` into `out` (records/<task>.json, kernels.json, kernels.md, kernels.png). A task
+    whose record holds the same key (kernel, task files, estimator, chips) is not redone."""
+    from maxkernel import chips as chips_mod
+
+    progress = progress or (lambda _line: None)
+    for c in chips:
+        if not chips_mod.get(c).is_tpu:
+            raise TableError(f"--chip {c}: the table estimates TPU time; give TPU chips (v5e, v6e, ...)")
+    folder = Path(out)
+    (folder / RECORDS).mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i, task in enumerate(tasks, 1):
+        kernel = task.path / "kernel.py"
+        key = _key(task, kernel, chips)
+        record = folder / RECORDS / f"{task.name}.json"
+        old = json.loads(record.read_text()) if record.is_file() else None
+        retry = old and any(cell.get("retry") for cell in (old.get("chips") or {}).values())
+        if old and old.get("key") == key and not retry:
+            progress(f"[{i}/{len(tasks)}] {task.name}: unchanged since its record (kernel, task, estimator): kept")
+            rows.append({**old, "resumed": True})
+            continue
+        progress(f"[{i}/{len(tasks)}] {task.name}")
+        row = _row(task, chips, key, progress)
+        tmp = record.with_suffix(".tmp")
+        tmp.write_text(json.dumps(row, indent=1, default=str))
+        tmp.replace(record)  # a crash mid-write leaves the old record or none, never half of one
+        rows.append(row)
+        progress(f"[{i}/{len(tasks)}] {task.name}: {row['status'].upper()}"
+                 + "".join(f"; {c} {cell['speedup']:.2f}x" if cell.get("speedup") else f"; {c} —"
+                           for c, cell in (row.get("chips") or {}).items()))
+    return _write(folder, rows, chips)
+
+
+def _write(folder: Path, rows: list[dict], chips: list[str]) -> dict:
+    summary = summarize_table(rows, chips)
+    doc = {"label": LABEL, "chips": chips, "out": str(folder), "rows": rows, "summary": summary,
+           "files": {"json": str(folder / DOC), "markdown": str(folder / "kernels.md"),
+                     "plot": str(folder / "kernels.png")}}
+    (folder / DOC).write_text(json.dumps(doc, indent=1, default=str))
+    (folder / "kernels.md").write_text(_markdown(rows, summary, chips))
+    _plot(rows, chips, folder / "kernels.png")
+    return doc
+
+
+def render_table(out: str | Path) -> dict:
+    """`maxkernel report` on a kernel table's folder: the table, fast_p by estimate per chip and the plot, written
+    again from its records (every record for the chips the table was made for)."""
+    folder = Path(out)
+    chips = json.loads((folder / DOC).read_text())["chips"]
+    rows = [json.loads(f.read_text()) for f in sorted((folder / RECORDS).glob("*.json"))]
+    rows = [r for r in rows if all(c in (r.get("chips") or {}) for c in chips) or not r.get("correct")]
+    if not rows:
+        raise TableError(f"no task records under {folder / RECORDS}")
+    return _write(folder, rows, chips)

@@ -1,0 +1,128 @@
+"""`bench kernels`: the shipped kernels' table. A correct kernel and a deliberately wrong one (a task folder in
+tmp): the wrong one is shown as not correct and never counted; a kernel whose profile runs out of time is a
+could-not-estimate row with its reason, left out of the geomean and tried again on the next run; a finished record
+is kept until its kernel changes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RMS = ROOT / "jaxbench" / "12p_RMSNorm"
+
+
+@pytest.fixture
+def settings(monkeypatch, tmp_path):
+    from maxkernel.settings import get_settings
+
+    monkeypatch.setenv("MAXKERNEL_CACHE_DIR", str(tmp_path / "cache"))  # estimates made here, not the suite's
+    get_settings.cache_clear()
+    yield get_settings
+    get_settings.cache_clear()
+
+
+def _wrong_task(tmp_path: Path) -> Path:
+    folder = tmp_path / "rms_wrong"
+    shutil.copytree(RMS, folder)
+    kernel = folder / "kernel.py"
+    kernel.write_text(kernel.read_text().replace("(x * lax.rsqrt(", "(2.0 * x * lax.rsqrt(", 1))
+    assert kernel.read_text() != (RMS / "kernel.py").read_text()
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(1500)
+def test_the_table_judges_counts_only_correct_kernels_and_resumes(tmp_path, settings, monkeypatch):
+    import maxkernel.harness.evaluate as evaluate_mod
+    from maxkernel.kernel_table import run_table, table_tasks
+
+    out = tmp_path / "table"
+    wrong = _wrong_task(tmp_path)
+    tasks = table_tasks("jaxbench", ["12p_RMSNorm", str(wrong)])
+    judged: list[str] = []
+    real_evaluate = evaluate_mod.evaluate
+
+    def counting(task, kernel, **kw):
+        judged.append(Path(task).name)
+        return real_evaluate(task, kernel, **kw)
+
+    monkeypatch.setattr(evaluate_mod, "evaluate", counting)
+
+    # Run 1: every profile out of time at once, so the correct kernel is a could-not-estimate row.
+    monkeypatch.setenv("MAXKERNEL_ESTIMATE_TIMEOUT_S", "0.5")
+    settings.cache_clear()
+    doc = run_table(tasks, ["v5e"], out)
+    rows = {r["task"]: r for r in doc["rows"]}
+    good, bad = rows["12p_RMSNorm"], rows["rms_wrong"]
+    assert good["correct"] and good["status"] == "correct"
+    cell = good["chips"]["v5e"]
+    assert cell["compiled"] and cell["speedup"] is None and "did not finish" in cell["error"] and cell["retry"]
+    assert not bad["correct"] and bad["status"] == "incorrect" and bad["chips"] == {}
+    assert "not compiled or estimated" in bad["note"]
+    f = doc["summary"]["by_chip"]["v5e"]["all"]
+    assert f["tasks"] == 2 and f["correct"] == 1 and f["fast_0"] == 0.5 and f["fast_1"] == 0.0
+    assert f["geomean_speedup"] is None and "did not finish" in f["not_estimated"]["12p_RMSNorm"]
+    assert sorted(judged) == ["12p_RMSNorm", "rms_wrong"]
+
+    # Run 2: the could-not-estimate row is tried again (now with time to profile); the wrong one is kept.
+    monkeypatch.delenv("MAXKERNEL_ESTIMATE_TIMEOUT_S")
+    settings.cache_clear()
+    judged.clear()
+    doc = run_table(tasks, ["v5e"], out)
+    assert judged == ["12p_RMSNorm"]
+    rows = {r["task"]: r for r in doc["rows"]}
+    cell = rows["12p_RMSNorm"]["chips"]["v5e"]
+    assert cell["speedup"] and cell["kernel_ms"] and cell["baseline_ms"] and not cell["retry"], cell
+    assert cell["speedup"] == pytest.approx(cell["baseline_ms"] / cell["kernel_ms"])
+    assert rows["rms_wrong"].get("resumed") and not rows["rms_wrong"]["correct"]
+    f = doc["summary"]["by_chip"]["v5e"]["all"]
+    assert f["estimated"] == 1 and f["geomean_speedup"] == pytest.approx(cell["speedup"])  # the wrong one not in it
+    assert f["fast_1"] == (0.5 if cell["speedup"] > 1 else 0.0)
+
+    # Run 3: nothing changed, nothing redone; then the wrong kernel changes and only it is judged again.
+    judged.clear()
+    run_table(tasks, ["v5e"], out)
+    assert judged == []
+    (wrong / "kernel.py").write_text((wrong / "kernel.py").read_text() + "\n# edited\n")
+    doc = run_table(tasks, ["v5e"], out)
+    assert judged == ["rms_wrong"]
+
+    # The files: one JSON document, a Markdown table, a plot; `report` renders the same figures.
+    saved = json.loads((out / "kernels.json").read_text())
+    assert saved["summary"] == doc["summary"] and (out / "kernels.png").stat().st_size > 0
+    md = (out / "kernels.md").read_text()
+    assert "| 12p_RMSNorm | CORRECT |" in md and "| rms_wrong | INCORRECT |" in md and "fast_p by estimate" in md
+    from maxkernel.kernel_table import render_table
+
+    assert render_table(out)["summary"] == doc["summary"]
+
+
+@pytest.mark.unit
+def test_the_command_refuses_a_task_without_a_kernel_and_a_chip_that_is_not_a_tpu(capsys):
+    from maxkernel.cli import main
+
+    assert main(["bench", "kernels", "--task", "2p_GQA_Attention"]) == 2
+    assert "ships no kernel.py" in capsys.readouterr().err
+    assert main(["bench", "kernels", "--task", "8p_GEMM", "--chip", "h100"]) == 2
+    assert "TPU" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_the_summary_counts_correct_estimated_kernels_per_chip():
+    from maxkernel.kernel_table import summarize_table
+
+    rows = [{"task": "a", "suite": "jaxbench", "correct": True, "chips": {"v5e": {"speedup": 2.5}, "v6e": {"speedup": 0.5}}},
+            {"task": "b", "suite": "jaxbench", "correct": True, "chips": {"v5e": {"speedup": 1.2},
+                                                                         "v6e": {"speedup": None, "error": "libtpu aborted"}}},
+            {"task": "c", "suite": "jaxbench", "correct": False, "chips": {}}]
+    s = summarize_table(rows, ["v5e", "v6e"])
+    v5e, v6e = s["by_chip"]["v5e"]["all"], s["by_chip"]["v6e"]["all"]
+    assert v5e["fast_0"] == pytest.approx(2 / 3) and v5e["fast_1"] == pytest.approx(2 / 3)
+    assert v5e["fast_2"] == pytest.approx(1 / 3) and v5e["geomean_speedup"] == pytest.approx((2.5 * 1.2) ** 0.5)
+    assert v6e["fast_1"] == 0 and v6e["geomean_speedup"] == pytest.approx(0.5) and v6e["slower_than_xla"] == ["a"]
+    assert v6e["not_estimated"] == {"b": "libtpu aborted"}
