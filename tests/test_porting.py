@@ -26,6 +26,7 @@ def _run(tmp_path: Path, *args, timeout=900):
 
 @pytest.mark.slow
 @pytest.mark.integration
+@pytest.mark.timeout(900)  # the port's two rounds and checks, the task build, then the whole loop: ~170 s alone
 def test_port_then_optimize_reports_both_verdicts(tmp_path):
     need_module("torch", extra="port")
     out = tmp_path / "port_rmsnorm_module"
