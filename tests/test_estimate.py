@@ -61,9 +61,20 @@ def test_a_kernel_that_understates_its_cost_does_not_lower_its_floor(gemm_estima
     assert any("cost_estimate declares" in x for x in e.limits)
 
 
-def test_a_vmem_overflow_is_the_compilers_error_and_no_estimate():
+def default_vmem(tmp_path) -> Path:
+    """The shipped GEMM asking for no scoped VMEM limit of its own: v5e's 16 MiB default then holds."""
+    source = GEMM.read_text()
+    asked = ",\n                                             vmem_limit_bytes=_vmem_limit(bs, a.dtype, out_dtype))"
+    assert source.count(asked) == 1
+    kernel = tmp_path / "gemm_default_vmem.py"
+    kernel.write_text(source.replace(asked, ")"))
+    return kernel
+
+
+def test_a_vmem_overflow_is_the_compilers_error_and_no_estimate(tmp_path):
     need_module("libtpu", extra="tpu")
-    r = estimate("8p_GEMM", str(GEMM), "v5e", tunables={"block_m": 1024, "block_n": 1024, "block_k": 1024})
+    r = estimate("8p_GEMM", str(default_vmem(tmp_path)), "v5e",
+                 tunables={"block_m": 1024, "block_n": 1024, "block_k": 1024})
     assert not r.ok and r.estimated_ms is None and r.speedup_estimate is None
     assert r.stage == "compile" and "vmem" in r.error.lower()
     assert r.hint and "VMEM" in r.hint

@@ -45,7 +45,7 @@ def apply(mistake: Mistake, source: str) -> str:
     return source
 
 
-_GEMM_PARAMS = 'compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),'
+_GEMM_PARAMS = 'compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),'
 _GEMM_INIT = '''    @pl.when(k == 0)
     def _init():
         acc_ref[...] = jnp.zeros_like(acc_ref)

@@ -64,7 +64,7 @@ def test_block_traffic_matches_the_tiled_gemm_formula(bm, bn, bk):
 
 def test_plan_shrinks_parallel_dims_and_keeps_the_reduction_whole():
     task = load_task("8p_GEMM")
-    p = ej.plan(task, _gemm(), "full", V5E, True, BUDGET, ["M", "K", "N"])
+    p = ej.plan(task, _gemm(block_m=512, block_n=1024, block_k=1024), "full", V5E, True, BUDGET, ["M", "K", "N"])
     assert p["reached_budget"]
     assert set(p["shrunk_dims"]) == {"M", "N"}
     assert "K" in p["rejected"]  # halving K removes reduction steps: refused

@@ -160,7 +160,7 @@ def test_compiles_roofline_at_full_size_is_the_tasks_floor_not_the_kernels_decla
 
 GEMM_FLOPS = 2 * 8192 * 8192 * 28672
 GEMM_IO = 2 * (8192 * 8192 + 2 * 8192 * 28672)
-# The shipped 8p_GEMM kernel (512, 1024, 1024) at full size: A and B blocks fetched every grid step, O once per tile.
+# The 8p_GEMM kernel at tiles (512, 1024, 1024), full size: A and B blocks fetched every grid step, O once per tile.
 STEPS = (8192 // 512) * (28672 // 1024) * (8192 // 1024)
 GEMM_SPEC = STEPS * 2 * (512 * 1024 + 1024 * 1024) + (8192 // 512) * (28672 // 1024) * 2 * 512 * 1024
 
