@@ -45,7 +45,7 @@ def run(job: dict, scratch: Path) -> dict:
 
     out = {"ok": False, "chip": chip.name if chip else "native", "stage": "lower", "error": None,
            "hint": None, "hint_family": None, "vmem_bytes": None, "compile_s": 0.0, "lower_s": 0.0, "memory": None,
-           "pallas_calls": None}
+           "pallas_calls": None, "vmem_limit_bytes": None}
 
     # Shapes only: full-size inputs are never allocated.
     try:
@@ -70,6 +70,7 @@ def run(job: dict, scratch: Path) -> dict:
         with chips_mod.trace_context(chip):
             traced = jax.jit(fn).trace(*structs)
             out["pallas_calls"] = len(pallas_kernels(traced.jaxpr))
+            out["vmem_limit_bytes"] = _asked_vmem_limit(traced.jaxpr)
             traced.lower(lowering_platforms=(chip.lowering_platform,))
     except Exception as exc:  # noqa: BLE001
         out["lower_s"] = time.perf_counter() - t0
@@ -207,6 +208,15 @@ def _native(out: dict, fn, structs, task, size) -> dict:
     out["compile_s"] = time.perf_counter() - t0
     out.update(ok=True, vmem_bytes=vmem_from_hlo(compiled.as_text()), memory=_memory(compiled))
     return out
+
+
+def _asked_vmem_limit(closed_jaxpr) -> int | None:
+    """The largest scoped VMEM limit the program's pallas_calls ask for (CompilerParams(vmem_limit_bytes=...)),
+    or None when none asks: the limit the compiler holds the kernel to, where the chip's default does not."""
+    from maxkernel.harness.estimate_job import pallas_facts
+
+    asked = [c["vmem_limit_bytes"] for c in pallas_facts(closed_jaxpr)["pallas_calls"] if c.get("vmem_limit_bytes")]
+    return max(asked) if asked else None
 
 
 def _topology_device(chip):

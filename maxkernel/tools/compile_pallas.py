@@ -33,7 +33,9 @@ class CompileResult(BaseModel):
     hint: str | None = None
     hint_family: str | None = Field(None, description="The error family the hint is for (e.g. renamed_api).")
     vmem_bytes: int | None = Field(None, description="Scoped VMEM the kernel reserves (TPU).")
-    vmem_limit_bytes: int | None = Field(None, description="The chip's default scoped VMEM limit.")
+    vmem_limit_bytes: int | None = Field(None, description="The scoped VMEM limit the kernel is held to: the one "
+                                         "its CompilerParams(vmem_limit_bytes=...) asks for, else the chip's default.")
+    vmem_limit_source: str | None = Field(None, description="kernel (its own CompilerParams) or chip (the default).")
     vmem_buffers: list[dict] = Field(default_factory=list, description="On a VMEM overflow: each block and "
                                      "scratch buffer (name, kind, shape, dtype, copies, bytes), largest first.")
     compile_s: float | None = None
@@ -55,7 +57,9 @@ def _result(raw: dict, size: str, work: tuple[float, int] | None = None) -> Comp
         spec = chips.get(chip.removeprefix("native:"))
     except ValueError:
         pass
-    limit = getattr(spec, "scoped_vmem_default_bytes", None) if spec else None
+    asked = raw.get("vmem_limit_bytes")  # what the kernel asks for holds, not the chip's default
+    limit = asked or (getattr(spec, "scoped_vmem_default_bytes", None) if spec else None)
+    source = "kernel" if asked else ("chip" if limit else None)
     roof = None
     if work is not None and spec is not None and not spec.nominal:  # a placeholder chip has no honest peak
         roof = roofline_floors(spec, *work)["roofline_ms"] / 1e3
@@ -64,7 +68,9 @@ def _result(raw: dict, size: str, work: tuple[float, int] | None = None) -> Comp
     if raw.get("ok"):
         parts = [f"OK: compiles for {chip} ({raw.get('stage')}, {size} size)"]
         if raw.get("vmem_bytes") is not None:
-            parts.append(f"VMEM {raw['vmem_bytes'] / 2**20:.2f} MiB" + (f" of {limit / 2**20:.0f} MiB scoped" if limit else ""))
+            parts.append(f"VMEM {raw['vmem_bytes'] / 2**20:.2f} MiB" + (
+                f" of {limit / 2**20:.0f} MiB scoped ({'the kernel asks for it' if source == 'kernel' else 'the chip default'})"
+                if limit else ""))
         if roof:
             parts.append(f"roofline bound {roof * 1e3:.3f} ms")
         summary = "; ".join(parts) + "."
@@ -79,7 +85,7 @@ def _result(raw: dict, size: str, work: tuple[float, int] | None = None) -> Comp
     return CompileResult(ok=bool(raw.get("ok")), summary=summary, chip=chip, stage=raw.get("stage", ""),
                          error=raw.get("error"), hint=raw.get("hint"), hint_family=raw.get("hint_family"),
                          vmem_bytes=raw.get("vmem_bytes"), vmem_buffers=raw.get("vmem_buffers") or [],
-                         vmem_limit_bytes=limit, compile_s=raw.get("compile_s"), pallas_calls=raw.get("pallas_calls"),
+                         vmem_limit_bytes=limit, vmem_limit_source=source, compile_s=raw.get("compile_s"), pallas_calls=raw.get("pallas_calls"),
                          flops=work[0] if work and work[0] else None, bytes_accessed=float(work[1]) if work else None,
                          roofline_ms=roof * 1e3 if roof else None,
                          config=raw.get("config") or {})

@@ -27,3 +27,15 @@ def test_block_shape_violation_fails_with_hint():
 def test_unknown_chip_is_a_value_error():
     with pytest.raises(ValueError):
         compile_pallas("8p_GEMM", str(ROOT / "tests/harness/kernels/gemm_tiled.py"), "v9z")
+
+
+def test_the_vmem_limit_said_is_the_one_the_kernel_asks_for():
+    """A kernel that asks for its own scoped VMEM limit (the shipped GEMM sizes one from its tiles) is held to that
+    limit: compile says so, instead of comparing its use with the chip's default ("44 MiB of 16 MiB scoped")."""
+    own, default = compile_many("8p_GEMM", str(ROOT / "jaxbench/8p_GEMM/kernel.py"), ["v5e"])[0], \
+        compile_many("8p_GEMM", str(ROOT / "tests/harness/kernels/gemm_tiled.py"), ["v5e"])[0]
+    assert own.ok and own.vmem_limit_source == "kernel", own.summary
+    assert own.vmem_bytes > 16 << 20 and own.vmem_bytes <= own.vmem_limit_bytes  # over the default, within its own
+    assert f"of {own.vmem_limit_bytes >> 20} MiB scoped (the kernel asks for it)" in own.summary
+    assert default.ok and default.vmem_limit_source == "chip" and default.vmem_limit_bytes == 16 << 20
+    assert "of 16 MiB scoped (the chip default)" in default.summary
