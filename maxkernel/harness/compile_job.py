@@ -213,9 +213,16 @@ def _native(out: dict, fn, structs, task, size) -> dict:
 def _asked_vmem_limit(closed_jaxpr) -> int | None:
     """The largest scoped VMEM limit the program's pallas_calls ask for (CompilerParams(vmem_limit_bytes=...)),
     or None when none asks: the limit the compiler holds the kernel to, where the chip's default does not."""
-    from maxkernel.harness.estimate_job import pallas_facts
+    from maxkernel.harness.vmem_footprint import walk_eqns
 
-    asked = [c["vmem_limit_bytes"] for c in pallas_facts(closed_jaxpr)["pallas_calls"] if c.get("vmem_limit_bytes")]
+    asked = []
+    for eqn in walk_eqns(closed_jaxpr.jaxpr):
+        if eqn.primitive.name == "pallas_call":
+            params = eqn.params.get("compiler_params") or {}
+            params = params.get("mosaic_tpu", params) if isinstance(params, dict) else params
+            limit = getattr(params, "vmem_limit_bytes", None)
+            if limit:
+                asked.append(int(limit))
     return max(asked) if asked else None
 
 
