@@ -25,3 +25,26 @@ def agent_env(data_dir: Path) -> dict:
 def mk(*args, env, cwd, timeout=600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "maxkernel.cli", *args], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=timeout)
+
+
+def in_process(argv, data, tmp_path, monkeypatch, capsys):
+    """`maxkernel ...` in this process (usage errors start nothing heavy) with the child environment's settings:
+    no credentials, a private data folder, cwd in tmp_path so no developer .env is read."""
+    from maxkernel.cli import main
+    from maxkernel.settings import get_settings
+
+    env = agent_env(data)
+    for key in list(os.environ):
+        if key not in env:
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    get_settings.cache_clear()
+    try:
+        code = main(argv)
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from _optimize_helpers import agent_env, mk
+from _optimize_helpers import agent_env, in_process, mk
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLAY = resources.files("maxkernel.agents.replay")
@@ -96,27 +96,6 @@ def test_the_summary_line_says_path_verdict_and_estimate_or_why_not():
 
 
 # -- 3. offline, honestly: refused before any work, saying what the replay model can do ---------------------------
-def _in_process(argv, tmp_path, monkeypatch, capsys):
-    from maxkernel.cli import main
-    from maxkernel.settings import get_settings
-
-    env = agent_env(tmp_path / "data")
-    for key in list(os.environ):
-        if key not in env:
-            monkeypatch.delenv(key)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.chdir(tmp_path)
-    get_settings.cache_clear()
-    try:
-        code = main(argv)
-    finally:
-        monkeypatch.undo()
-        get_settings.cache_clear()
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.mark.unit
 def test_optimize_on_a_folder_task_the_replay_model_has_not_recorded_is_refused_up_front(tmp_path, monkeypatch,
                                                                                           capsys):
@@ -124,7 +103,7 @@ def test_optimize_on_a_folder_task_the_replay_model_has_not_recorded_is_refused_
 
     folder = tmp_path / "mine"
     shutil.copytree(ROOT / "jaxbench" / "12p_RMSNorm", folder)
-    code, out, err = _in_process(["optimize", "--task", str(folder), "--model", "replay"], tmp_path,
+    code, out, err = in_process(["optimize", "--task", str(folder), "--model", "replay"], tmp_path / "data", tmp_path,
                                        monkeypatch, capsys)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert "no recording for mine" in err and "recordings only for optimize on 12p_RMSNorm" in err

@@ -1,11 +1,10 @@
 """`maxkernel optimize` end to end: the replay model through the real Runner, tools and harness; usage errors."""
 
 import json
-import os
 import re
 
 import pytest
-from _optimize_helpers import agent_env, mk
+from _optimize_helpers import agent_env, in_process, mk
 
 
 @pytest.fixture(scope="module")
@@ -50,32 +49,9 @@ def test_the_answer_is_rejudged_correct_by_evaluate(replay_run, tmp_path):
     assert json.loads(r.stdout)["status"] == "correct"
 
 
-def _in_process(argv, data, tmp_path, monkeypatch, capsys):
-    """`maxkernel ...` in this process (usage errors start nothing heavy) with the child environment's settings:
-    no credentials, a private data folder, cwd in tmp_path so no developer .env is read."""
-    from maxkernel.cli import main
-    from maxkernel.settings import get_settings
-
-    env = agent_env(data)
-    for key in list(os.environ):
-        if key not in env:
-            monkeypatch.delenv(key)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.chdir(tmp_path)
-    get_settings.cache_clear()
-    try:
-        code = main(argv)
-    finally:
-        monkeypatch.undo()
-        get_settings.cache_clear()
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_gemini_without_credentials_exits_2_before_any_work(tmp_path, monkeypatch, capsys):
     data = tmp_path / "data"
-    code, out, err = _in_process(["optimize", "--task", "12p_RMSNorm", "--model", "gemini-2.5-flash", "--json"],
+    code, out, err = in_process(["optimize", "--task", "12p_RMSNorm", "--model", "gemini-2.5-flash", "--json"],
                                  data, tmp_path, monkeypatch, capsys)
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
@@ -92,7 +68,7 @@ def test_usage_errors_exit_2_with_one_line(tmp_path, monkeypatch, capsys, args, 
     if "--task" not in args:
         args = ["--task", "12p_RMSNorm", *args]
     data = tmp_path / "data"
-    code, out, err = _in_process(["optimize", *args], data, tmp_path, monkeypatch, capsys)
+    code, out, err = in_process(["optimize", *args], data, tmp_path, monkeypatch, capsys)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and needle in err
     assert not data.exists()
