@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 from pathlib import Path
 from typing import Callable
+
+from maxkernel.harness.configs import geomean  # the verdict's own: None when any value is missing
 
 __all__ = ["TableError", "run_table", "render_table", "summarize_table", "table_tasks", "RECORDS", "DOC"]
 
@@ -54,10 +55,9 @@ def _key(task, kernel: Path, chips: list[str]) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
 
 
-def _geomean(values: list[float]) -> float | None:
-    if not values or any(v is None or not v > 0 for v in values):
-        return None
-    return math.exp(sum(math.log(v) for v in values) / len(values))
+def _spec(task) -> str:
+    """How the harness and the tools are handed the task: a suite task by name, a folder by its path."""
+    return task.name if task.source == "jaxbench" else str(task.path)
 
 
 def _chip_cell(task, kernel: Path, verdict, chip: str, sizes: list[str], compiled: dict) -> dict:
@@ -74,7 +74,7 @@ def _chip_cell(task, kernel: Path, verdict, chip: str, sizes: list[str], compile
         cell.update(error=f"does not compile for {chip}: {bad.summary}", speedup=None, retry=bad.stage == "sandbox")
         return cell
     for size in sizes:
-        est = estimate(task.name if task.source == "jaxbench" else str(task.path), str(kernel), chip=chip, size=size)
+        est = estimate(_spec(task), str(kernel), chip=chip, size=size)
         why = None
         if est.ok:
             why = priced_differs(verdict.integrity.get("fingerprints") or {}, (est.fit or {}).get("fingerprints") or [])
@@ -91,7 +91,7 @@ def _chip_cell(task, kernel: Path, verdict, chip: str, sizes: list[str], compile
             "could_not_estimate": error, "stage": stage,
             "not_the_checked_program": f"the program priced is not the one checked ({why})" if why else None}
     rows = list(cell["configs"].values())
-    cell["speedup"] = _geomean([r["speedup"] for r in rows]) if all(r["ok"] for r in rows) else None
+    cell["speedup"] = geomean([r["speedup"] for r in rows]) if all(r["ok"] for r in rows) else None
     for key in ("kernel_ms", "baseline_ms"):
         cell[key] = rows[0][key] if len(rows) == 1 else None
     cell.update(bound=rows[0]["bound"], fraction_of_roofline=rows[0]["fraction_of_roofline"],
@@ -115,7 +115,7 @@ def _row(task, chips: list[str], key: str, progress: Callable[[str], None]) -> d
     row = {"task": task.name, "suite": task.suite, "tier": task.tier, "kernel": str(kernel), "key": key,
            "label": LABEL}
     progress(f"{task.name}: judging {kernel.name} on fresh seeds (smoke size, sandboxed)")
-    v = evaluate(task.name if task.source == "jaxbench" else str(task.path), kernel, size="smoke", estimate=False)
+    v = evaluate(_spec(task), kernel, size="smoke", estimate=False)
     row.update(status=v.status, correct=v.status == "correct", reason=v.reason,
                max_rel_err=v.correctness.max_rel_err, tolerance=v.correctness.tolerance,
                pallas_share=v.integrity.get("pallas_share"), uses_library_kernel=v.uses_library_kernel or "",
@@ -128,8 +128,7 @@ def _row(task, chips: list[str], key: str, progress: Callable[[str], None]) -> d
     progress(f"{task.name}: compiling at full size for {', '.join(chips)}")
     compiled = {}
     for size in sizes:
-        for res in compile_many(task.name if task.source == "jaxbench" else str(task.path), str(kernel), chips,
-                                size=size):
+        for res in compile_many(_spec(task), str(kernel), chips, size=size):
             compiled[(res.chip, size)] = res
     for chip in chips:
         progress(f"{task.name}: estimating the kernel and the XLA baseline on {chip} (profiled compiles)")
@@ -152,7 +151,7 @@ def summarize_table(rows: list[dict], chips: list[str]) -> dict:
             hits = sum(r["correct"] and (p == 0 or (speed[r["task"]] or 0) > p) for r in part)
             out[fast_key(p)] = hits / n if n else None
         ranked = [speed[r["task"]] for r in part if r["correct"] and speed[r["task"]]]
-        out["geomean_speedup"] = _geomean(ranked)
+        out["geomean_speedup"] = geomean(ranked)
         out["estimated"] = len(ranked)
         out["not_estimated"] = {r["task"]: (r["chips"].get(chip) or {}).get("error") or "not estimated"
                                 for r in part if r["correct"] and not speed[r["task"]]}
@@ -248,13 +247,19 @@ def run_table(tasks: list, chips: list[str], out: str | Path, progress: Callable
         key = _key(task, kernel, chips)
         record = folder / RECORDS / f"{task.name}.json"
         old = json.loads(record.read_text()) if record.is_file() else None
-        retry = old and any(cell.get("retry") for cell in (old.get("chips") or {}).values())
+        retry = old and (old.get("retry") or any(cell.get("retry") for cell in (old.get("chips") or {}).values()))
         if old and old.get("key") == key and not retry:
             progress(f"[{i}/{len(tasks)}] {task.name}: unchanged since its record (kernel, task, estimator): kept")
             rows.append({**old, "resumed": True})
             continue
         progress(f"[{i}/{len(tasks)}] {task.name}")
-        row = _row(task, chips, key, progress)
+        try:
+            row = _row(task, chips, key, progress)
+        except Exception as exc:  # noqa: BLE001 - one task's harness failure costs its row, not the table
+            row = {"task": task.name, "suite": task.suite, "tier": task.tier, "kernel": str(kernel), "key": key,
+                   "label": LABEL, "status": "error", "correct": False, "chips": {}, "retry": True,
+                   "reason": f"{type(exc).__name__}: {exc}"[:1000],
+                   "note": "not judged: the harness failed on it; the next run tries again"}
         tmp = record.with_suffix(".tmp")
         tmp.write_text(json.dumps(row, indent=1, default=str))
         tmp.replace(record)  # a crash mid-write leaves the old record or none, never half of one
