@@ -28,7 +28,10 @@ def wait_for(folder: Path, name: str, poll_s: float = 0.005, give_up=None) -> di
     path = Path(folder) / name
     while True:
         if path.is_file() and not path.is_symlink():
-            return json.loads(path.read_text())
+            try:
+                return json.loads(path.read_text())
+            except FileNotFoundError:  # the folder went with its worker (a kill or a cancel): ask give_up again
+                pass
         if give_up is not None and give_up():
             return None
         time.sleep(poll_s)

@@ -99,9 +99,14 @@ class JudgePair:
         judge = self._scratch("judge")
         if judge is None or not self.threads["judge"].is_alive():
             return
-        if lowered is not None:
-            (judge / "lowered_tpu.mlir").write_bytes(lowered)
-        handoff.post(judge, handoff.JUDGE_GO, {"time": time_it, "lowered": "lowered_tpu.mlir" if lowered else None})
+        try:
+            if lowered is not None:
+                (judge / "lowered_tpu.mlir").write_bytes(lowered)
+            handoff.post(judge, handoff.JUDGE_GO, {"time": time_it, "lowered": "lowered_tpu.mlir" if lowered else None})
+        except OSError:
+            # Its scratch is gone (a cancel discarded the worker while its thread was still unwinding): the judge
+            # is ended, not released, and the caller sees the cancel, not this folder's absence.
+            self.abandon("judge")
 
     def abandon(self, name: str) -> None:
         worker = self.workers.get(name)

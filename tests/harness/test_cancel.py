@@ -116,6 +116,34 @@ def test_cancel_kills_real_pooled_workers_and_the_pool_starts_no_more():
     assert not pool.root.exists()
 
 
+@pytest.mark.unit
+def test_a_judge_whose_scratch_a_cancel_removed_is_abandoned_not_raised(tmp_path):
+    """The race CI met: a cancel discards the judge's worker (its scratch removed) while the judge's thread is still
+    unwinding; the evaluation's cleanup then releases the judge. That must end the judge, not raise
+    FileNotFoundError over the Cancelled the caller is owed."""
+    from maxkernel.harness import handoff
+    from maxkernel.harness.judge_pair import JudgePair
+
+    gone = tmp_path / "w-judge"
+    worker = FakeWorker()
+    worker.scratch = gone  # never created: the cancel's discard already removed it
+    stop = threading.Event()
+    pair = JudgePair(pool=None)
+    pair.workers["judge"] = worker
+    pair.threads["judge"] = threading.Thread(target=stop.wait, daemon=True)
+    pair.threads["judge"].start()
+    try:
+        pair.release_judge(time_it=True, lowered=b"module {}")
+        assert worker.killed == 1
+    finally:
+        stop.set()
+    # and a hand-off file that vanishes between its check and its read asks give_up again instead of raising
+    gone.mkdir()
+    (gone / handoff.JUDGE_READY).mkdir()  # is_file() is False: waits; then the folder goes with the worker
+    calls = []
+    assert handoff.wait_for(gone, handoff.JUDGE_READY, poll_s=0.001, give_up=lambda: calls.append(1) or len(calls) > 2) is None
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_cancelled_evaluation_unwinds_and_leaves_nothing(tmp_path, monkeypatch):
