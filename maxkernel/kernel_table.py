@@ -113,7 +113,7 @@ def _row(task, chips: list[str], key: str, progress: Callable[[str], None]) -> d
     kernel = task.path / "kernel.py"
     t0 = time.monotonic()
     row = {"task": task.name, "suite": task.suite, "tier": task.tier, "kernel": str(kernel), "key": key,
-           "label": LABEL}
+           "label": LABEL, "degenerate": task.degenerate}
     progress(f"{task.name}: judging {kernel.name} on fresh seeds (smoke size, sandboxed)")
     v = evaluate(_spec(task), kernel, size="smoke", estimate=False)
     row.update(status=v.status, correct=v.status == "correct", reason=v.reason,
@@ -140,8 +140,12 @@ def _row(task, chips: list[str], key: str, progress: Callable[[str], None]) -> d
 def summarize_table(rows: list[dict], chips: list[str]) -> dict:
     """Per chip (and per suite within it): fast_p by estimate (fast_0 = correct share; fast_p = correct with an
     estimated speedup above p), the geomean estimated speedup over the correct kernels that have one, and the rows
-    left out of it (correct but not estimated, with why)."""
+    left out of it (correct but not estimated, with why). A degenerate task's row (its stated work collapses
+    algebraically) is listed with why and counted in none of the figures."""
     from maxkernel.evals.stats import FAST_P, fast_key
+
+    degenerate = {r["task"]: r["degenerate"] for r in rows if r.get("degenerate")}
+    rows = [r for r in rows if not r.get("degenerate")]
 
     def figures(part: list[dict], chip: str) -> dict:
         speed = {r["task"]: (r.get("chips") or {}).get(chip, {}).get("speedup") for r in part}
@@ -160,7 +164,7 @@ def summarize_table(rows: list[dict], chips: list[str]) -> dict:
         return out
 
     suites = sorted({r["suite"] for r in rows})
-    return {"label": LABEL, "tasks": len(rows), "correct": sum(r["correct"] for r in rows),
+    return {"label": LABEL, "tasks": len(rows), "correct": sum(r["correct"] for r in rows), "degenerate": degenerate,
             "by_chip": {c: {"all": figures(rows, c), **({s: figures([r for r in rows if r["suite"] == s], c)
                                                           for s in suites} if len(suites) > 1 else {})}
                         for c in chips}}
@@ -194,6 +198,8 @@ def _markdown(rows: list[dict], summary: dict, chips: list[str]) -> str:
                 vmem = f"{cell['vmem_bytes'] / 2**20:.1f} MiB"
         if r.get("uses_library_kernel"):
             notes.append(f"uses library kernel {r['uses_library_kernel']}")
+        if r.get("degenerate"):
+            notes.insert(0, f"degenerate task, left out of fast_p: {r['degenerate']}")
         cells += [vmem or "—", "; ".join(notes).replace("|", "/")]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## fast_p by estimate", "", "| chip | tasks | correct | " + " | ".join(fast_key(p) for p in FAST_P)
@@ -202,7 +208,10 @@ def _markdown(rows: list[dict], summary: dict, chips: list[str]) -> str:
         for part, f in summary["by_chip"][c].items():
             geo = f"{f['geomean_speedup']:.3g}x over {f['estimated']}" if f["geomean_speedup"] else "—"
             lines.append(f"| {c}{'' if part == 'all' else f' ({part})'} | {f['tasks']} | {f['correct']} | "
-                         + " | ".join(f"{f[fast_key(p)]:.0%}" for p in FAST_P) + f" | {geo} |")
+                         + " | ".join("—" if f[fast_key(p)] is None else f"{f[fast_key(p)]:.0%}" for p in FAST_P) + f" | {geo} |")
+    if summary.get("degenerate"):
+        lines += ["", "Left out of fast_p as degenerate (the stated work collapses algebraically): "
+                  + ", ".join(sorted(summary["degenerate"])) + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -87,6 +87,12 @@ class Task:
         return self.path / "baseline.py"
 
     @property
+    def degenerate(self) -> str:
+        """Why the task's stated work collapses algebraically (its baseline's `DEGENERATE`), or "": a kernel for it
+        is judged like any other, but its speed says nothing of the stated work, so fast_p leaves it out."""
+        return str(getattr(self.module, "DEGENERATE", "") or "")
+
+    @property
     def reference_kernel(self) -> Path | None:
         """The shipped hand-written Pallas kernel, if the task has one."""
         p = self.path / "kernel.py"

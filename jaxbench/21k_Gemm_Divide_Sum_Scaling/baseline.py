@@ -16,6 +16,10 @@ CONFIG = {
     "divisor": 2.0,
 }
 SIZES = {"smoke": {"batch_size": 128, "input_size": 512, "hidden_size": 256}}
+# The sum over the Linear's outputs collapses it: sum_j x . w_j = x . (sum_j w_j), a matrix-vector product, so a
+# kernel that does that is "fast" without doing the GEMM. `maxkernel bench kernels` lists this task's row and leaves
+# it out of fast_p (tests/evals/test_kernel_table.py checks the collapse numerically).
+DEGENERATE = "the row sum of x @ w.T is x @ sum(w, axis=0): a matrix-vector product, not a GEMM"
 
 
 def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):

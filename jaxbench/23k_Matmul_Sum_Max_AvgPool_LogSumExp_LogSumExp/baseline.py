@@ -14,6 +14,9 @@ CONFIG = {
     "out_features": 8192,
 }
 SIZES = {"smoke": {"batch_size": 128, "in_features": 512, "out_features": 256}}
+# After the row sum every op acts on a length-1 axis (the identity), and the row sum of x @ w.T + b is
+# x @ sum(w, axis=0) + sum(b): a matrix-vector product. `maxkernel bench kernels` leaves this task out of fast_p.
+DEGENERATE = "everything after the row sum is the identity, and the row sum of x @ w.T + b is x @ sum(w, axis=0) + sum(b)"
 
 
 def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=42):

@@ -53,6 +53,10 @@ def _kernel_table(folder: str, as_json: bool) -> None:
         for part, f in parts.items():
             geo = f"{f['geomean_speedup']:.3g}x" if f["geomean_speedup"] else "—"
             lines.append(f"  {chip}{'' if part == 'all' else f' {part}'}: {f['correct']}/{f['tasks']} correct; "
-                         + " ".join(f"{fast_key(p)} {f[fast_key(p)]:.0%}" for p in FAST_P)
+                         + " ".join(f"{fast_key(p)} " + ("—" if f[fast_key(p)] is None else f"{f[fast_key(p)]:.0%}")
+                                    for p in FAST_P)
                          + f"; geomean speedup {geo} over {f['estimated']} estimated")
+    if doc["summary"].get("degenerate"):
+        lines.append("  left out as degenerate: " + "; ".join(f"{t} ({why})" for t, why in
+                                                              sorted(doc["summary"]["degenerate"].items())))
     emit(as_json, doc, "\n".join(lines))

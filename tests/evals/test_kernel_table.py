@@ -153,3 +153,43 @@ def test_a_harness_failure_on_one_task_costs_its_row_not_the_table(tmp_path, mon
     calls.clear()
     kt.run_table(tasks, ["v5e"], tmp_path)
     assert calls == ["12p_RMSNorm"]  # the failed row is tried again; the finished one is kept
+
+
+@pytest.mark.unit
+def test_a_degenerate_row_is_listed_and_counted_in_no_figure():
+    from maxkernel.kernel_table import _markdown, summarize_table
+
+    rows = [{"task": "a", "suite": "jaxbench", "correct": True, "status": "correct",
+             "chips": {"v5e": {"speedup": 1.5}}},
+            {"task": "d", "suite": "jaxbench", "correct": True, "status": "correct", "degenerate": "a matvec",
+             "chips": {"v5e": {"speedup": 40.0}}}]
+    s = summarize_table(rows, ["v5e"])
+    f = s["by_chip"]["v5e"]["all"]
+    assert (f["tasks"], f["estimated"], f["geomean_speedup"]) == (1, 1, pytest.approx(1.5))
+    assert s["degenerate"] == {"d": "a matvec"}
+    md = _markdown(rows, s, ["v5e"])
+    assert "degenerate task, left out of fast_p: a matvec" in md and "Left out of fast_p as degenerate" in md
+    only = summarize_table(rows[1:], ["v5e"])  # nothing left to count: figures are empty, not a crash
+    assert only["by_chip"]["v5e"]["all"]["fast_1"] is None and "| — |" in _markdown(rows[1:], only, ["v5e"])
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", ["21k_Gemm_Divide_Sum_Scaling", "23k_Matmul_Sum_Max_AvgPool_LogSumExp_LogSumExp"])
+def test_the_tasks_marked_degenerate_do_collapse_to_a_matvec(name):
+    """The mark is a claim about the task's math: check it on the task's own inputs (two seeds), so a redefinition
+    that makes the work needed again must also drop the mark."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from maxkernel.tasks import load_task
+
+    task = load_task(name)
+    assert task.degenerate
+    for seed in (0, 1):
+        inputs = task.module.create_inputs(size="smoke", seed=seed)
+        x, w = (a.astype(jnp.float32) for a in inputs[:2])
+        matvec = x @ jnp.sum(w, axis=0)[:, None] + (jnp.sum(inputs[2].astype(jnp.float32)) if len(inputs) > 2 else 0)
+        scale = task.module.CONFIG.get("scaling_factor", 1.0) / task.module.CONFIG.get("divisor", 1.0)
+        ref = np.asarray(task.module.workload(*inputs), np.float32)
+        np.testing.assert_allclose(ref, np.asarray(matvec * scale), rtol=2e-2, atol=2e-2 * float(np.abs(ref).max()))
+    assert load_task("36k_Matmul_Sigmoid_Sum").degenerate == ""  # a nonlinearity before the sum: real work
