@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from maxkernel.harness import cancel
+from maxkernel.harness import cancel, stale
 from maxkernel.harness.copyout import CopyOutError, read_json
 from maxkernel.harness.seccomp import filter_fd
 from maxkernel.settings import get_settings
@@ -413,6 +413,9 @@ def _close_workers(ready: list, root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
+_SWEPT: list = []
+
+
 class WorkerPool:
     """Keeps `size` sandboxed workers started (imports done) so a job does not wait for a cold start.
 
@@ -423,7 +426,10 @@ class WorkerPool:
         self.size = get_settings().pool_size if size is None else size
         self.memory_mb = memory_mb
         self.warm_compiler = warm_compiler  # a chip: pre-started workers load libtpu and compile once for it
-        self.root = Path(tempfile.mkdtemp(prefix="maxkernel-sandbox-"))
+        if not _SWEPT:  # once per process: roots (and scratch mounts) of pools whose process died unclosed
+            _SWEPT.append(stale.sweep())
+        self.root = Path(tempfile.mkdtemp(prefix=stale.PREFIX))
+        stale.claim(self.root)
         self._ready: list[Worker] = []
         self._lock = threading.Lock()
         self._closed = False

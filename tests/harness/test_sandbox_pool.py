@@ -1,5 +1,7 @@
 """The worker pool: a pre-started worker that died while waiting is replaced, never reported as the job's crash."""
 
+from pathlib import Path
+
 import pytest
 
 from maxkernel.harness.sandbox import WorkerPool
@@ -20,3 +22,39 @@ def test_a_worker_that_died_while_waiting_is_replaced(monkeypatch):
         out = pool.run(JOB, timeout=120)
         assert out.worker is not dead
         assert out.status == "ok" and out.result["status"] == "ok", out.stderr_tail
+
+
+@pytest.mark.integration
+def test_a_pool_killed_unclosed_leaves_nothing_the_next_pool_keeps(tmp_path):
+    """A process holding a pool dies by SIGKILL (no finalizer runs): its root, its pre-started worker's scratch
+    (a tmpfs mount where this runs as root) stay behind. The next pool, in another process, sweeps them; a root
+    whose owner lives and a root without an owner are left alone."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from maxkernel.harness import stale
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    code = ("import sys, time\nfrom maxkernel.harness.sandbox import WorkerPool\np = WorkerPool(size=1)\n"
+            "print(p.root, flush=True)\ntime.sleep(600)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        root = Path(child.stdout.readline().strip())
+        assert root.is_dir() and (root / stale.OWNER).is_file()
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(30)
+    time.sleep(0.5)
+    left = stale._mounts_under(root)
+    assert root.is_dir()  # left behind: nothing ran at the kill
+    live = tmp_path / f"{stale.PREFIX}live"
+    live.mkdir()
+    stale.claim(live)
+    unowned = tmp_path / f"{stale.PREFIX}unowned"
+    unowned.mkdir()
+    assert stale.sweep(tmp_path) == [root]
+    assert not root.exists() and live.is_dir() and unowned.is_dir()
+    assert not any(p.startswith(str(root)) for p in stale._mounts_under(tmp_path)), left
