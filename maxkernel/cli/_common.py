@@ -133,6 +133,40 @@ class Target:
     kernel: Path | None
     size: str
     chip: str | None
+    tunables: dict | None = None  # --set NAME=VALUE: `kernel` is then a private copy with those defaults
+    source: Path | None = None  # the user's file when `kernel` is that copy
+
+
+def with_tunables(target: Target, sets: tuple[str, ...]) -> Target:
+    """The target with its kernel replaced by a private copy whose workload() keyword defaults are `sets`
+    (NAME=VALUE, VALUE a Python literal or else a string); UsageError for a malformed pair or an unknown name."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from maxkernel.tools.autotune import with_defaults
+
+    config = {}
+    for pair in sets:
+        name, eq, text = pair.partition("=")
+        if not eq or not name.strip().isidentifier():
+            raise UsageError(f"--set takes NAME=VALUE (e.g. --set block_m=512), not {pair!r}")
+        try:
+            value = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            value = text.strip()
+        config[name.strip()] = value
+    try:
+        source = with_defaults(target.kernel.read_text(), config)
+    except (ValueError, SyntaxError, OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--set: {target.kernel}: {exc}") from None
+    folder = Path(tempfile.mkdtemp(prefix="maxkernel-set-"))
+    atexit.register(shutil.rmtree, folder, True)
+    copy = folder / target.kernel.name
+    copy.write_text(source)
+    progress(f"{target.kernel} with " + ", ".join(f"{k}={v!r}" for k, v in config.items()) + " (the file is unchanged)")
+    return Target(task=target.task, kernel=copy, size=target.size, chip=target.chip, tunables=config,
+                  source=target.kernel)
 
 
 def preflight(task: str, kernel: str | None, size: str, chip: str | None = None, *, allow_native: bool = True,
@@ -159,8 +193,9 @@ def chip_option(*, what: str, allow_native: bool = True, tpu_only: bool = False,
 
 
 def target_options(*, size: str = "smoke", chip: str | None = None, chip_help: str | None = None,
-                   allow_native: bool = True, tpu_only: bool = False, kernel: bool = True) -> Callable:
-    """--task, --kernel, --size and --chip, checked by `preflight` and handed to the command as one
+                   allow_native: bool = True, tpu_only: bool = False, kernel: bool = True,
+                   tunables: bool = True) -> Callable:
+    """--task, --kernel, --size, --chip and --set, checked by `preflight` and handed to the command as one
     `target: Target` argument; --json as `as_json`.
 
     `chip`: None for no --chip; "settings" for a --chip that defaults to the settings' chip (Target.chip is always
@@ -171,17 +206,23 @@ def target_options(*, size: str = "smoke", chip: str | None = None, chip_help: s
 
     def decorate(fn: Callable) -> Callable:
         @functools.wraps(fn)
-        def wrapper(*args, task, kernel_file=None, size_name, chip_name=None, **kw):
+        def wrapper(*args, task, kernel_file=None, size_name, chip_name=None, sets=(), **kw):
             if chip == "settings":  # the chip first, as preflight does: cheapest check first
                 chip_name = resolve_chip(chip_name, allow_native=allow_native, tpu_only=tpu_only)
-            return fn(*args, target=preflight(task, kernel_file, size_name, chip_name, allow_native=allow_native,
-                                              tpu_only=tpu_only), **kw)
+            target = preflight(task, kernel_file, size_name, chip_name, allow_native=allow_native, tpu_only=tpu_only)
+            if sets:
+                target = with_tunables(target, sets)
+            return fn(*args, target=target, **kw)
 
         opts = [click.option("--task", required=True, shell_complete=_complete_task,
                              help="a suite task name (8p_GEMM) or a JAXBench-style task folder")]
         if kernel:
             opts.append(click.option("--kernel", "kernel_file", required=True, type=click.Path(dir_okay=False),
                                      help="Python file defining workload(*inputs)"))
+        if kernel and tunables:
+            opts.append(click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
+                                     help="run the kernel with this keyword default of workload() changed (a "
+                                          "tunable such as block_m=512; repeatable); the file is not edited"))
         opts.append(click.option("--size", "size_name", default=size, show_default=True, type=click.Choice(SIZES),
                                  help="smoke = CPU-sized inputs, full = benchmark-sized"))
         if chip is not None:

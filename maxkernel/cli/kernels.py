@@ -67,12 +67,14 @@ def evaluate(target: Target, seeds: int, replay_seeds: str | None, timeout: floa
 
 @click.command("compile")
 @target_options(size="full", chip="settings", chip_help="chip to compile for")
-def compile_cmd(target: Target, as_json: bool) -> None:
+@click.option("--timeout", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="seconds for the compile process (default 90)")
+def compile_cmd(target: Target, timeout: float | None, as_json: bool) -> None:
     """Deviceless TPU compile (libtpu) or GPU lowering of a kernel. Exit 0 compiles, 1 does not, 2 usage."""
     from maxkernel.tools.compile_pallas import compile_pallas
 
     progress(f"compiling {target.kernel} for {target.chip} ({target.size} shapes) in a sandbox")
-    r = compile_pallas(_spec(target), str(target.kernel), target.chip, target.size)
+    r = compile_pallas(_spec(target), str(target.kernel), target.chip, target.size, timeout=timeout)
     said = r.summary + (f"\n{r.error}" if r.error and r.error.strip() not in r.summary else "")  # once, not twice
     emit(as_json, r.model_dump(), said, ok=r.ok)
 
@@ -132,7 +134,7 @@ def profile(target: Target, out: str | None, as_json: bool) -> None:
 
 
 @click.command()
-@target_options(chip="settings", chip_help="chip for VMEM/compile pruning")
+@target_options(chip="settings", chip_help="chip for VMEM/compile pruning", tunables=False)
 @click.option("--max-configs", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option("--time-budget", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="seconds")

@@ -140,6 +140,9 @@ def compile_many(task: str, kernel: str, chip_names: list[str], configs: list[di
             except (CopyOutError, ValueError):
                 done = []
         why = (res.result or {}).get("error") or f"the compile process {res.status} after {res.wall_s:.0f} s"
+        if res.status == "timeout" and not (res.result or {}).get("error"):
+            why += (f" (its budget: {budget:.0f} s for {len(wanted)} compile(s); a loaded machine or a large kernel "
+                    "may need more: `maxkernel compile --timeout SECONDS`)")
         # Errors name the sandbox's copy of the kernel; say the user's file instead.
         inside = str(res.scratch / "kernel.py") if res.scratch else None
         out = []
@@ -170,7 +173,8 @@ def users_file(text: str, inside: str | None, kernel: str) -> str:
     return re.sub(r'(?<![\w/.])kernel\.py(?=["\':,)\s]|$)', kernel.replace("\\", "\\\\"), text)
 
 
-def compile_pallas(task: str, kernel: str, chip: str = "v5e", size: str = "full") -> CompileResult:
+def compile_pallas(task: str, kernel: str, chip: str = "v5e", size: str = "full",
+                   timeout: float | None = None) -> CompileResult:
     """Compiles a Pallas kernel for a target chip without needing that chip.
 
     TPU chips (v4, v5e, v5p, v6e, 7x) get real Mosaic + XLA:TPU compilation through libtpu's compile-only
@@ -183,6 +187,7 @@ def compile_pallas(task: str, kernel: str, chip: str = "v5e", size: str = "full"
         kernel: Path of the kernel file defining workload(*inputs).
         chip: One of v4, v5e, v5p, v6e, 7x, h100, h200, native. Default v5e.
         size: "full" (default: the benchmark's shapes; nothing is allocated) or "smoke".
+        timeout: Seconds for the compile process (default: 90, or the settings' evaluation timeout if lower).
 
     Returns:
         ok, a summary line, the stage reached, the error and a hint when it fails, VMEM use against the
@@ -192,4 +197,4 @@ def compile_pallas(task: str, kernel: str, chip: str = "v5e", size: str = "full"
     """
     if chip != "native":
         chip = chips.get(chip).name  # "TPU v5e" means v5e; an unknown name raises a ValueError listing the valid ones
-    return compile_many(task, kernel, [chip], None, size)[0]
+    return compile_many(task, kernel, [chip], None, size, timeout=timeout)[0]

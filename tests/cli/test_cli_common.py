@@ -62,3 +62,20 @@ def test_bench_list_json_is_the_contract(capsys):
     # Each task names the TPU chips its full size fits; without FITS_CHIPS, all of tasks.FULL_SIZE_CHIPS.
     assert all(r["fits_chips"] and set(r["fits_chips"]) <= {"v4", "v5e", "v5p", "v6e", "7x"} for r in rows)
     assert next(r for r in rows if r["name"] == "1p_Flash_Attention")["fits_chips"] == ["v4", "v5e", "v5p", "v6e"]
+
+
+def test_set_runs_a_private_copy_with_the_default_changed_and_refuses_unknown_names(tmp_path):
+    from maxkernel.cli._common import UsageError, with_tunables
+
+    kernel = tmp_path / "k.py"
+    text = "TUNABLES = {'block_m': (8, 16)}\n\ndef workload(x, *, block_m=16, name='a'):\n    return x  # block_m=16\n"
+    kernel.write_text(text)
+    t = with_tunables(preflight("8p_GEMM", str(kernel), "smoke"), ("block_m=8", "name=b c"))
+    assert t.tunables == {"block_m": 8, "name": "b c"} and t.source == kernel and t.kernel != kernel
+    assert t.kernel.read_text() == text.replace("block_m=16,", "block_m=8,").replace("name='a'", "name='b c'")
+    assert kernel.read_text() == text  # the user's file is never edited
+    for bad, said in (("block_n=8", "no keyword default for block_n"), ("block_m", "NAME=VALUE"),
+                      ("=3", "NAME=VALUE")):
+        with pytest.raises(UsageError, match=said):
+            with_tunables(preflight("8p_GEMM", str(kernel), "smoke"), (bad,))
+

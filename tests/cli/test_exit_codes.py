@@ -277,3 +277,17 @@ def test_every_judging_command_offers_chip(command, capsys):
     assert main([*command, "--help"]) == 0
     text = capsys.readouterr().out
     assert "--chip CHIP" in text and "v5e" in text
+
+
+@pytest.mark.integration
+def test_set_reaches_the_job_a_kernel_command_runs(tmp_path, capsys):
+    """Through the command line: a tile that does not divide the smoke size's M, set with --set, is what the
+    compile job refuses (the value reached the program the job compiled)."""
+    import jaxbench
+
+    kernel = str(Path(jaxbench.__file__).parent / "8p_GEMM" / "kernel.py")
+    args = ["compile", "--task", "8p_GEMM", "--kernel", kernel, "--size", "smoke", "--chip", "v5e", "--json"]
+    assert main(args + ["--set", "block_m=12"]) == 1
+    out = capsys.readouterr()
+    assert "block_m=12" in out.err and "block for M=256 is 12" in out.out, out.out[-2000:]
+
