@@ -305,6 +305,7 @@ def fingerprint(closed_jaxpr) -> dict:
     dimension semantics, and the primitives around them. Two sizes of one honest kernel print the same; a kernel
     that runs another program at another size does not (what is priced must be what was checked)."""
     kernels: list[str] = []
+    parts: list[dict] = []  # per kernel, which part is which: so a difference can be named, not only found
     outside: list[str] = []
 
     def walk(jaxpr) -> None:
@@ -320,6 +321,10 @@ def fingerprint(closed_jaxpr) -> dict:
                 text = json.dumps([body, maps, semantics, len(getattr(gm, "grid", ()) or ()),
                                    getattr(gm, "num_scalar_prefetch", 0)], default=str)
                 kernels.append(hashlib.sha256(text.encode()).hexdigest()[:16])
+                inner = _jaxpr_of(eqn.params["jaxpr"])
+                parts.append({"body": _digest(body), "body_ops": len(inner.eqns) if inner is not None else None,
+                              "index_maps": _digest(json.dumps(maps)), "semantics": _digest(json.dumps(semantics)),
+                              "grid_rank": len(getattr(gm, "grid", ()) or ())})
                 outside.append("pallas_call")
                 continue
             outside.append(name)
@@ -330,14 +335,40 @@ def fingerprint(closed_jaxpr) -> dict:
                         walk(inner)
 
     walk(_jaxpr_of(closed_jaxpr))
-    return {"kernels": kernels, "outside": hashlib.sha256(" ".join(outside).encode()).hexdigest()[:16]}
+    return {"kernels": kernels, "parts": parts, "outside": hashlib.sha256(" ".join(outside).encode()).hexdigest()[:16]}
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _what_changed(checked: dict, priced: dict) -> str:
+    """Which part of which kernel differs between two fingerprints with the same number of kernels."""
+    pairs = zip(checked.get("kernels") or [], priced.get("kernels") or [],
+                checked.get("parts") or [], priced.get("parts") or [])
+    for i, (a, b, pa, pb) in enumerate(pairs, 1):
+        if a == b:
+            continue
+        said = []
+        if pa.get("body") != pb.get("body"):
+            ops = (f" ({pa['body_ops']} operations checked, {pb['body_ops']} priced)"
+                   if pa.get("body_ops") != pb.get("body_ops") and pa.get("body_ops") is not None else "")
+            said.append(f"its body{ops}: a Python loop or branch on a size inside the kernel; loop with "
+                        "lax.fori_loop over a traced count instead")
+        if pa.get("index_maps") != pb.get("index_maps"):
+            said.append("its index maps")
+        if pa.get("semantics") != pb.get("semantics") or pa.get("grid_rank") != pb.get("grid_rank"):
+            said.append("its grid's rank or dimension semantics")
+        return (f"kernel {i} of {len(checked.get('kernels') or [])} changed with the size: "
+                + "; ".join(said or ["its scalar-prefetch operands"]))
+    return "bodies, blocks or index maps changed with the size"
 
 
 def fingerprint_differs(checked: dict, priced: dict) -> str | None:
     """Why a program priced at another size is not the program checked (fingerprint), or None."""
     if checked.get("kernels") != priced.get("kernels"):
         n, m = len(checked.get("kernels") or []), len(priced.get("kernels") or [])
-        return (f"its kernels differ ({n} checked, {m} priced; bodies, blocks or index maps changed with the size)"
+        return (f"its kernels differ ({_what_changed(checked, priced)})"
                 if n == m else f"it runs {m} kernel(s) where the checked program ran {n}")
     if checked.get("outside") != priced.get("outside"):
         return "the XLA operations around its kernels changed with the size"

@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import pytest
 
 import jaxbench
@@ -122,3 +123,21 @@ def test_the_autotuner_holds_a_gated_config_to_the_same_tie():
                             fit={"fingerprints": [{"kernels": ["b2"], "outside": "o"}]})
     assert _priced_is_not_checked(v, same) is None
     assert "not the one checked" in _priced_is_not_checked(v, other)
+
+
+def test_a_body_that_unrolls_a_python_loop_over_a_size_is_named_so():
+    """What the 27k kernel's first draft did: a Python loop over column pieces, whose count follows the block and so
+    the size. The refusal says which kernel and which part changed, and what to do instead."""
+    from jax.experimental import pallas as pl
+
+    def run(x):
+        def body(x_ref, o_ref):
+            for j in range(x.shape[1] // 128):  # unrolled: more operations at a larger size
+                o_ref[:, j * 128:(j + 1) * 128] = x_ref[:, j * 128:(j + 1) * 128] * 2.0
+        return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    small = fingerprint(jax.jit(run).trace(jax.ShapeDtypeStruct((8, 256), jnp.float32)).jaxpr)
+    big = fingerprint(jax.jit(run).trace(jax.ShapeDtypeStruct((8, 1024), jnp.float32)).jaxpr)
+    why = fingerprint_differs(small, big)
+    assert "kernel 1 of 1 changed with the size: its body (" in why and "fori_loop" in why, why
+    assert "index maps" not in why and "semantics" not in why, why
