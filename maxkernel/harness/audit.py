@@ -469,7 +469,7 @@ def audit_module(text: str, timeout: float | None = None) -> dict:
             threading.stack_size(old)
         worker.join(timeout)
         if worker.is_alive():
-            return {"error": f"the census took longer than {timeout:g} s"}
+            return {"error": f"the census took longer than {timeout:g} s", "timed_out": True}
     except Exception:  # no thread to be had (address-space limits): the same census on this stack
         box.clear()
         audit_or_error(text, box)

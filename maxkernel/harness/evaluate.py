@@ -322,6 +322,12 @@ class Evaluator:
                            reason="the kernel replaced functions the harness relies on while it runs and times it: "
                                   + ", ".join(r["timers_replaced"])[:1500])
         integrity.update(fingerprints=r.get("fingerprints") or {}, kernels=r.get("kernels") or [])
+        if isinstance(audit, dict) and audit.get("timed_out"):
+            # Not the kernel's verdict: on a loaded machine an honest census ran past its bound (a hostile nesting
+            # gains nothing from this either: an error is never correct, and the next try bounds it again).
+            return Verdict(**common, status="error", stage="census",
+                           reason=f"not judged: {audit['error']} (a loaded machine, or a deeply nested TPU lowering); "
+                                  "the census decides, so evaluate again")
         if integrity["census_source"] == "tpu_lowering":
             why = (_signature_problem(audit, meta) or lowering_disagrees(r.get("kernels") or [], audit.get("kernels") or [])
                    or judge_lowering(audit, meta))

@@ -9,7 +9,7 @@ from pathlib import Path
 __all__ = ["run", "MAX_LOWERED_BYTES", "AUDIT_TIMEOUT_S"]
 
 MAX_LOWERED_BYTES = 64 << 20
-AUDIT_TIMEOUT_S = 30.0  # honest modules take milliseconds; a hostile nesting can take hours
+AUDIT_TIMEOUT_S = 90.0  # honest modules take milliseconds unloaded; a hostile nesting can take hours
 
 
 def run(job: dict, scratch: Path) -> dict:

@@ -308,4 +308,25 @@ def test_a_census_past_its_timeout_is_an_error():
     lines += [f"%v{i} = stablehlo.add %v{i - 1}, %arg0 : tensor<8xf32>" for i in range(1, 40000)]
     text = hand_module(lines, result="%v39999")
     assert audit_module(text, timeout=120)["outside_flops"] == 40000 * 8
-    assert audit_module(text, timeout=0.001) == {"error": "the census took longer than 0.001 s"}
+    assert audit_module(text, timeout=0.001) == {"error": "the census took longer than 0.001 s", "timed_out": True}
+
+
+def test_a_census_that_ran_out_of_time_is_no_verdict_on_the_kernel():
+    """On a loaded machine an honest kernel's census ran past its bound and the kernel was judged `rejected` ("does
+    not lower for TPU"), so the table showed a correct kernel as rejected. A census out of time decides nothing: the
+    verdict is an error of stage census (never correct, tried again by the table), not a rejection."""
+    from types import SimpleNamespace
+
+    from maxkernel.harness.evaluate import Evaluator
+    from maxkernel.harness.sandbox import WorkerPool
+    from maxkernel.harness.verdict import Correctness
+
+    census = {"pallas_calls": 1, "pallas_share": 1.0, "pallas_flops": 1.0, "outside_flops": 0.0}
+    res = SimpleNamespace(result={"census": census, "backend": "cpu"})
+    ref = SimpleNamespace(result={"meta": {"backend": "cpu"},
+                                  "audit": {"error": "the census took longer than 90 s", "timed_out": True}})
+    base = dict(task="12p_RMSNorm", kernel_file="k.py", size="smoke", correctness=Correctness(seeds=[1]))
+    with WorkerPool(size=0) as pool:
+        v = Evaluator(pool)._decide(res, ref, (0, 0), base)
+    assert (v.status, v.stage) == ("error", "census") and not v.ok, v
+    assert "not judged" in v.reason and "evaluate again" in v.reason
