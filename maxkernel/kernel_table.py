@@ -17,6 +17,7 @@ __all__ = ["TableError", "run_table", "render_table", "summarize_table", "table_
 RECORDS = "records"  # one <task>.json per finished task under --out
 DOC = "kernels.json"  # the whole table, rewritten after every task
 LABEL = "estimated TPU time at full size (libtpu static profile + roofline floor), not measured"
+COMPILE_TIMEOUT_S = 600.0
 TRANSIENT = ("timeout", "sandbox")  # estimate stages that say nothing of the kernel: retried on the next run
 
 
@@ -100,9 +101,15 @@ def _chip_cell(task, kernel: Path, verdict, chip: str, sizes: list[str], compile
     if reasons:
         cell["error"] = reasons[0]
     # A profile that ran out of time or lost its process says nothing of the kernel: the next run tries again.
-    cell["retry"] = any(r["stage"] in TRANSIENT for r in rows) or any(
+    cell["retry"] = any(r["stage"] in TRANSIENT or _ran_out(r["could_not_estimate"]) for r in rows) or any(
         compiled[(chip, s)].stage == "sandbox" for s in sizes)
     return cell
+
+
+def _ran_out(error: str | None) -> bool:
+    """Whether an estimate's failure was its process running out of time (the XLA baseline's profile included),
+    which says nothing of the program."""
+    return bool(error) and ("did not finish within" in error or "timed out" in error)
 
 
 def _row(task, chips: list[str], key: str, progress: Callable[[str], None]) -> dict:
@@ -130,7 +137,8 @@ def _row(task, chips: list[str], key: str, progress: Callable[[str], None]) -> d
     progress(f"{task.name}: compiling at full size for {', '.join(chips)}")
     compiled = {}
     for size in sizes:
-        for res in compile_many(_spec(task), str(kernel), chips, size=size):
+        # A table is batch work, often beside other work: a compile gets minutes, not the interactive 90 s.
+        for res in compile_many(_spec(task), str(kernel), chips, size=size, timeout=COMPILE_TIMEOUT_S):
             compiled[(res.chip, size)] = res
     for chip in chips:
         progress(f"{task.name}: estimating the kernel and the XLA baseline on {chip} (profiled compiles)")

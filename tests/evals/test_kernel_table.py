@@ -193,3 +193,28 @@ def test_the_tasks_marked_degenerate_do_collapse_to_a_matvec(name):
         ref = np.asarray(task.module.workload(*inputs), np.float32)
         np.testing.assert_allclose(ref, np.asarray(matvec * scale), rtol=2e-2, atol=2e-2 * float(np.abs(ref).max()))
     assert load_task("36k_Matmul_Sigmoid_Sum").degenerate == ""  # a nonlinearity before the sum: real work
+
+
+@pytest.mark.unit
+def test_a_baseline_whose_profile_ran_out_of_time_is_tried_again(monkeypatch):
+    """Met on a loaded machine (43k): the kernel priced, XLA's baseline profile did not finish. That says nothing of
+    either program, so the row is tried again on the next run instead of being kept without a speedup."""
+    from types import SimpleNamespace
+
+    import maxkernel.harness.estimate as estimate_mod
+    from maxkernel.kernel_table import _chip_cell
+    from maxkernel.tasks import load_task
+
+    base = SimpleNamespace(ok=False, error="the profiling process died; retried: the profile did not finish within "
+                                           "900 s", stage="profile")
+    est = SimpleNamespace(ok=True, error=None, summary="", stage=None, fit={"fingerprints": []}, speedup_estimate=None,
+                          baseline=base, estimated_ms=1.0, baseline_estimated_ms=None, bound="compute",
+                          fraction_of_roofline=0.9, roofline_ms=0.9, own_floor_ms=0.9, data_dependent=False, limits=[])
+    monkeypatch.setattr(estimate_mod, "estimate", lambda *a, **k: est)
+    verdict = SimpleNamespace(integrity={"fingerprints": {}})
+    compiled = {("v5e", "full"): SimpleNamespace(ok=True, vmem_bytes=1, vmem_limit_bytes=2, stage="ok", summary="")}
+    task = load_task("12p_RMSNorm")
+    cell = _chip_cell(task, task.path / "kernel.py", verdict, "v5e", ["full"], compiled)
+    assert cell["speedup"] is None and "did not finish" in cell["error"] and cell["retry"], cell
+    base.error = "libtpu aborted: unsupported op"  # a failure of the program itself is kept
+    assert not _chip_cell(task, task.path / "kernel.py", verdict, "v5e", ["full"], compiled)["retry"]
