@@ -141,3 +141,26 @@ def test_a_body_that_unrolls_a_python_loop_over_a_size_is_named_so():
     why = fingerprint_differs(small, big)
     assert "kernel 1 of 1 changed with the size: its body (" in why and "fori_loop" in why, why
     assert "index maps" not in why and "semantics" not in why, why
+
+
+def test_where_the_printer_wraps_a_line_is_not_the_program():
+    """An honest program printed at two sizes: the wider shape pushes an equation past the printer's width and it is
+    wrapped, which once made 32k's kernel 'another program' at full size."""
+    from maxkernel.harness.integrity import _unwrapped
+
+    short = "    bn:bf16[#,#] = convert_element_type[new_dtype=bfloat16 weak_type=False] bm\n"
+    wrapped = "    bn:bf16[#,#] = convert_element_type[\n      new_dtype=bfloat16\n      weak_type=False\n    ] bm\n"
+    assert short != wrapped and _unwrapped(short) == _unwrapped(wrapped)
+    assert _unwrapped(short) != _unwrapped(short.replace("bfloat16", "float32"))
+    # and an old fingerprint (a cached estimate's, without the unwrapped hashes) is still compared as printed
+    assert fingerprint_differs({"kernels": ["a"], "outside": "o"}, {"kernels": ["a"], "kernels_unwrapped": ["x"],
+                                                                  "outside": "o"}) is None
+    assert fingerprint_differs({"kernels": ["a"], "kernels_unwrapped": ["u"], "outside": "o"},
+                               {"kernels": ["b"], "kernels_unwrapped": ["u"], "outside": "o"}) is None
+
+
+@pytest.mark.parametrize("task", ["32k_Gemm_Sigmoid_LogSumExp"])
+def test_a_shipped_kernel_whose_lines_wrap_with_the_size_prints_one_program(task):
+    p = _prints(task, jaxbench.task_dir(task) / "kernel.py")
+    assert p["smoke"]["kernels"] != p["full"]["kernels"]  # as printed, the lines wrapped differently
+    assert fingerprint_differs(p["smoke"], p["full"]) is None and fingerprint_differs(p["check"], p["full"]) is None

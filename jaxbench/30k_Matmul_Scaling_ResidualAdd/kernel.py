@@ -1,0 +1,171 @@
+"""Pallas TPU kernel for 30k_Matmul_Scaling_ResidualAdd: tiled x @ w.T with the bias add and
+y * scaling_factor + y fused as an epilogue on the f32 accumulator."""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+# The task's constant (CONFIG["scaling_factor"]).
+SCALING_FACTOR = 0.5
+
+# Candidate values per tunable, for the autotuner. At full size (16384 x 4096 x 4096, bf16) the defaults
+# 1024 x 2048 x 2048 keep the output tiles large enough that the kernel stays compute-bound on v6e, with two K
+# steps; they need about 48 MiB of VMEM, so the kernel asks for a scoped limit sized from them. `maxkernel estimate`
+# on v6e (XLA: 0.666 ms): 0.678 ms for these tiles (a draft with a zero-filled accumulator); K in one block, which
+# keeps w's block resident across the inner M axis, was slower: 1024 x 1024 x 4096 0.716 ms, 512 x 2048 x 4096
+# 0.722 ms; 512 x 4096 x 1024 was memory-bound at 0.819 ms. XLA fuses this epilogue into its GEMM, so parity is the
+# expected outcome. Not every combination compiles, and the autotuner treats a compile failure as a rejected
+# candidate.
+TUNABLES = {
+    "block_m": (256, 512, 1024, 2048),
+    "block_n": (512, 1024, 2048),
+    "block_k": (512, 1024, 2048, 4096, 8192),
+}
+
+# TPU vregs are (8 sublanes, 128 lanes): a block's last two dims must be multiples of these or the whole dim.
+SUBLANES, LANES = 8, 128
+
+# The epilogue walks the output tile in (16, 512) pieces: 8 f32 vregs per value, so the activation's temporaries
+# stay in registers instead of whole-tile f32 arrays in VMEM (a 1024 x 2048 f32 value is 8 MiB), and the bf16
+# result fills whole packed (16, 128) vregs. A block not divisible by a piece is taken whole along that dim. The
+# loop over pieces is unrolled 4 times so the scheduler can interleave independent pieces.
+EPILOGUE_ROWS, EPILOGUE_COLS = 16, 512
+EPILOGUE_UNROLL = 4
+
+# x[bm, bk] . w[bn, bk] over their last dims: w stays in torch Linear layout and the MXU takes it transposed.
+_CONTRACT_LAST = (((1,), (1,)), ((), ()))
+
+# No transcendentals.
+_TRANSCENDENTALS_PER_OUTPUT = 0
+# Bias add, scale, residual add.
+_EPILOGUE_FLOPS_PER_OUTPUT = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """Tile sizes over batch (M), out_features (N) and in_features (K); build with `fit`."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+
+    def __post_init__(self):
+        for name, value in dataclasses.asdict(self).items():
+            if value <= 0:
+                raise ValueError(f"{name}={value} must be positive")
+
+    @classmethod
+    def fit(cls, m: int, n: int, k: int, *, block_m: int, block_n: int, block_k: int) -> "BlockSizes":
+        """Blocks clamped to the array dims (so one setting serves smoke and full size), then validated."""
+        sizes = cls(min(block_m, m), min(block_n, n), min(block_k, k))
+        # K is the lane dim of both x and w tiles, N the sublane dim of w and the lane dim of the output.
+        for dim, extent, block, align in (("batch_size", m, sizes.block_m, SUBLANES),
+                                          ("out_features", n, sizes.block_n, LANES),
+                                          ("in_features", k, sizes.block_k, LANES)):
+            if extent % block:
+                raise ValueError(f"block for {dim}={extent} is {block}, which does not divide it")
+            if block != extent and block % align:
+                raise ValueError(f"block for {dim}={extent} is {block}: must be a multiple of {align} "
+                                 "or all of it")
+        return sizes
+
+
+def _vmem_limit(bs: BlockSizes, in_dtype, out_dtype) -> int:
+    """Scoped VMEM for these tiles: double-buffered x, w, bias and output blocks, the f32 accumulator and the dot's
+    f32 partial product (Mosaic materialises it before the add), with a quarter more for Mosaic's own scratch; never
+    below the 16 MiB default, never above 100 MiB (v5e and v6e have 128)."""
+    isz, osz = jnp.dtype(in_dtype).itemsize, jnp.dtype(out_dtype).itemsize
+    tiles = (2 * isz * (bs.block_m * bs.block_k + bs.block_n * bs.block_k + SUBLANES * bs.block_n)
+             + 2 * osz * bs.block_m * bs.block_n)
+    need = tiles + 2 * 4 * bs.block_m * bs.block_n
+    return int(min(max(need * 5 // 4, 16 << 20), 100 << 20))
+
+
+
+def _kernel(x_ref, w_ref, b_ref, o_ref, acc_ref):
+    # x_ref: [block_m, block_k], w_ref: [block_n, block_k], b_ref: [1, block_n], o_ref / acc_ref: [block_m, block_n]
+    k = pl.program_id(2)
+
+    # The first K step writes the accumulator (no zero fill and re-read), later ones add to it.
+    @pl.when(k == 0)
+    def _first():
+        acc_ref[...] = lax.dot_general(x_ref[...], w_ref[...], _CONTRACT_LAST, preferred_element_type=jnp.float32)
+
+    @pl.when(k > 0)
+    def _accumulate():
+        acc_ref[...] += lax.dot_general(x_ref[...], w_ref[...], _CONTRACT_LAST, preferred_element_type=jnp.float32)
+
+    # The epilogue runs once per output tile, on the f32 accumulator, so nothing is rounded before the last cast;
+    # the output block is written to HBM once, after the grid leaves it.
+    @pl.when(k == pl.num_programs(2) - 1)
+    def _epilogue():
+        block_m, block_n = acc_ref.shape
+        rows_per = EPILOGUE_ROWS if block_m % EPILOGUE_ROWS == 0 else block_m
+        cols_per = EPILOGUE_COLS if block_n % EPILOGUE_COLS == 0 else block_n
+        n_cols = block_n // cols_per
+
+        # One loop over the pieces (not a Python loop over columns), so the kernel body is the same program at every
+        # size and only loop lengths and shapes follow the blocks.
+        def _piece(t, carry):
+            rows = pl.ds(pl.multiple_of(t // n_cols * rows_per, rows_per), rows_per)
+            cols = pl.ds(pl.multiple_of(t % n_cols * cols_per, cols_per), cols_per)
+            # The baseline's order, y * s + y (not y * (1 + s)), so the f32 rounding is the same.
+            y = acc_ref[rows, cols] + b_ref[:, cols].astype(jnp.float32)
+            o_ref[rows, cols] = (y * SCALING_FACTOR + y).astype(o_ref.dtype)
+            return carry
+
+        lax.fori_loop(0, block_m // rows_per * n_cols, _piece, 0, unroll=EPILOGUE_UNROLL)
+
+
+@functools.partial(jax.jit, static_argnames=("block_m", "block_n", "block_k"))
+def workload(
+    x: jax.Array,  # [batch_size, in_features]
+    w: jax.Array,  # [out_features, in_features]
+    b: jax.Array,  # [out_features]
+    *,
+    block_m: int = 1024,
+    block_n: int = 2048,
+    block_k: int = 2048,
+) -> jax.Array:  # [batch_size, out_features] in x's dtype
+    """y * scaling_factor + y for y = x @ w.T + b in one kernel:
+    f32 accumulation over K, epilogue on the last K step."""
+    (m, k), (n, k_w) = x.shape, w.shape
+    if k != k_w:
+        raise ValueError(f"in_features differ: x is [batch_size={m}, in_features={k}], "
+                         f"w is [{n}, in_features={k_w}]")
+    if b.shape != (n,):
+        raise ValueError(f"b has shape {b.shape}, expected (out_features={n},)")
+    bs = BlockSizes.fit(m, n, k, block_m=block_m, block_n=block_n, block_k=block_k)
+    # N outer, M inner: when K is one block, w's block index does not change along the inner axis, so the pipeline
+    # keeps it in VMEM and w is read from HBM once; x is streamed once per column of output tiles.
+    grid = (n // bs.block_n, m // bs.block_m, k // bs.block_k)
+    w_reads = 1 if grid[2] == 1 else grid[1]
+    out_dtype = x.dtype
+    size = jnp.dtype(x.dtype).itemsize
+    cost = pl.CostEstimate(
+        flops=2 * m * n * k + _EPILOGUE_FLOPS_PER_OUTPUT * m * n,
+        transcendentals=_TRANSCENDENTALS_PER_OUTPUT * m * n,
+        bytes_accessed=(size * (m * k * grid[0] + n * k * w_reads) + jnp.dtype(out_dtype).itemsize * m * n
+                        + 1 * n * jnp.dtype(b.dtype).itemsize),
+    )
+    return pl.pallas_call(
+        _kernel,
+        out_shape=jax.ShapeDtypeStruct((m, n), out_dtype),
+        grid=grid,
+        in_specs=[
+            pl.BlockSpec((bs.block_m, bs.block_k), lambda j, i, kk: (i, kk)),
+            pl.BlockSpec((bs.block_n, bs.block_k), lambda j, i, kk: (j, kk)),
+            pl.BlockSpec((1, bs.block_n), lambda j, i, kk: (0, j)),
+        ],
+        out_specs=pl.BlockSpec((bs.block_m, bs.block_n), lambda j, i, kk: (i, j)),
+        scratch_shapes=[pltpu.VMEM((bs.block_m, bs.block_n), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
+                                             vmem_limit_bytes=_vmem_limit(bs, x.dtype, out_dtype)),
+        cost_estimate=cost,
+        interpret=False,
+    )(x, w, b.reshape(1, n))
