@@ -129,8 +129,9 @@ def _row(task, chips: list[str], key: str, progress: Callable[[str], None]) -> d
                seeds=v.correctness.seeds, chips={})
     if not row["correct"]:
         row["note"] = f"not compiled or estimated: the harness judged it {v.status}"
-        if v.status == "error" and v.stage in ("census", "sandbox"):
-            row["retry"] = True  # the harness could not decide (load, a lost process): tried again on the next run
+        if v.status == "timeout" or (v.status == "error" and v.stage in ("census", "sandbox")):
+            # The harness could not decide (a loaded machine, a lost process): the row is tried again next run.
+            row["retry"] = True
         row["wall_s"] = round(time.monotonic() - t0, 1)
         return row
     sizes = list(task.config_sizes("full").values()) or ["full"]

@@ -1,0 +1,213 @@
+"""Pallas TPU kernel for 40k_Gemm_GroupNorm_Min_BiasAdd: tiled x @ w.T with the bias, GroupNorm and the row minimum
+fused as an epilogue on the f32 accumulator, then a small Pallas kernel for the broadcast bias add.
+
+GroupNorm's groups are GROUP_SIZE (16) contiguous output features of one row, so when block_n is a multiple of the
+group size each group's mean and variance are local to one output tile: the epilogue at the last K step normalises
+the accumulator and folds it into a running per-row minimum; the [batch, out] GEMM output never reaches HBM (XLA
+writes it in f32 and reads it back for the statistics and the minimum)."""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+# The task's constants: features per group (out_features // num_groups, 16 at every size) and GroupNorm's eps.
+GROUP_SIZE = 16
+EPS = 1e-5
+
+# Candidate values per tunable. The defaults are the large GEMM tiles of 19k / 27k (x and w re-read four times each
+# at full size, 4096 x 8192 x 8192); the kernel asks for a VMEM limit sized from them. block_b is the broadcast
+# kernel's tile over out_features (its batch tile is the whole batch, lane-dense).
+TUNABLES = {
+    "block_m": (256, 512, 1024, 2048),
+    "block_n": (512, 1024, 2048),
+    "block_k": (512, 1024, 2048, 4096),
+    "block_b": (64, 128, 256, 512),
+}
+
+SUBLANES, LANES = 8, 128
+
+# The epilogue walks the output tile in (EPILOGUE_ROWS, LANES) pieces. On each piece the per-group sums are one MXU
+# product with a [128, 128] block-diagonal matrix of ones (one block per group), which sums each group's lanes and
+# broadcasts the sum back to them in one step; the f32 operand is split into bf16 high and low parts (two exact-ones
+# products accumulated in f32), so the statistics keep about 16 mantissa bits.
+EPILOGUE_ROWS = 128
+EPILOGUE_UNROLL = 2
+
+_CONTRACT_LAST = (((1,), (1,)), ((), ()))  # x[bm, bk] . w[bn, bk]: w stays in torch Linear layout
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """Tile sizes over batch (M), out_features (N) and in_features (K); build with `fit`."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+
+    def __post_init__(self):
+        for name, value in dataclasses.asdict(self).items():
+            if value <= 0:
+                raise ValueError(f"{name}={value} must be positive")
+
+    @classmethod
+    def fit(cls, m: int, n: int, k: int, *, block_m: int, block_n: int, block_k: int) -> "BlockSizes":
+        """Blocks clamped to the array dims (so one setting serves smoke and full size), then validated."""
+        sizes = cls(min(block_m, m), min(block_n, n), min(block_k, k))
+        for dim, extent, block, align in (("batch_size", m, sizes.block_m, SUBLANES),
+                                          ("out_features", n, sizes.block_n, LANES),
+                                          ("in_features", k, sizes.block_k, LANES)):
+            if extent % block:
+                raise ValueError(f"block for {dim}={extent} is {block}, which does not divide it")
+            if block != extent and block % align:
+                raise ValueError(f"block for {dim}={extent} is {block}: must be a multiple of {align} or all of it")
+        if sizes.block_n % LANES:
+            raise ValueError(f"block_n={sizes.block_n} must be a multiple of {LANES} (the epilogue's piece width)")
+        return sizes
+
+
+def _vmem_limit(bs: BlockSizes, in_dtype) -> int:
+    """Scoped VMEM: double-buffered x, w, per-feature vector and row-min blocks, the f32 accumulator and the dot's f32
+    partial product, plus a quarter for Mosaic's scratch; between the 16 MiB default and 100 MiB."""
+    isz = jnp.dtype(in_dtype).itemsize
+    tiles = (2 * isz * (bs.block_m * bs.block_k + bs.block_n * bs.block_k + 3 * SUBLANES * bs.block_n)
+             + 2 * 4 * bs.block_m * LANES)
+    need = tiles + 2 * 4 * bs.block_m * bs.block_n
+    return int(min(max(need * 5 // 4, 16 << 20), 100 << 20))
+
+
+def _group_sum(v, ones):
+    """Per-group sums of f32 v [rows, 128], broadcast back over each group's lanes, via the MXU in ~16-bit precision."""
+    hi = v.astype(jnp.bfloat16)
+    lo = (v - hi.astype(jnp.float32)).astype(jnp.bfloat16)
+    return (jnp.dot(hi, ones, preferred_element_type=jnp.float32)
+            + jnp.dot(lo, ones, preferred_element_type=jnp.float32))
+
+
+def _gemm_groupnorm_min_kernel(x_ref, w_ref, b_ref, g_ref, beta_ref, o_ref, acc_ref):
+    # x_ref: [bm, bk], w_ref: [bn, bk], b/g/beta_ref: [1, bn], acc_ref: [bm, bn]
+    # o_ref: [bm, 128] f32, resident over the N and K axes: lane l holds the running minimum of the row's normalised
+    # outputs in columns == l (mod 128); the 128 lanes are folded outside.
+    j, k = pl.program_id(1), pl.program_id(2)
+
+    @pl.when((j == 0) & (k == 0))
+    def _init_min():
+        o_ref[...] = jnp.full_like(o_ref, jnp.inf)
+
+    @pl.when(k == 0)
+    def _init_acc():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    acc_ref[...] += lax.dot_general(x_ref[...], w_ref[...], _CONTRACT_LAST, preferred_element_type=jnp.float32)
+
+    @pl.when(k == pl.num_programs(2) - 1)
+    def _epilogue():
+        block_m, block_n = acc_ref.shape
+        rows_per = EPILOGUE_ROWS if block_m % EPILOGUE_ROWS == 0 else block_m
+        n_cols = block_n // LANES
+        lane_group = lax.broadcasted_iota(jnp.int32, (LANES, LANES), 0) // GROUP_SIZE
+        ones = (lane_group == lax.broadcasted_iota(jnp.int32, (LANES, LANES), 1) // GROUP_SIZE).astype(jnp.bfloat16)
+        inv_g = 1.0 / GROUP_SIZE
+
+        def _piece(t, carry):
+            rows = pl.ds(pl.multiple_of(t // n_cols * rows_per, rows_per), rows_per)
+            cols = pl.ds(pl.multiple_of(t % n_cols * LANES, LANES), LANES)
+            z = acc_ref[rows, cols] + b_ref[:, cols].astype(jnp.float32)
+            d = z - _group_sum(z, ones) * inv_g
+            var = _group_sum(d * d, ones) * inv_g
+            y = d * (lax.rsqrt(var + EPS) * g_ref[:, cols].astype(jnp.float32)) + beta_ref[:, cols].astype(jnp.float32)
+            o_ref[rows, :] = jnp.minimum(o_ref[rows, :], y)
+            return carry
+
+        lax.fori_loop(0, block_m // rows_per * n_cols, _piece, 0, unroll=EPILOGUE_UNROLL)
+
+
+def _broadcast_add_kernel(m_ref, bias_ref, o_ref):
+    # m_ref: [1, batch] f32 row minima, bias_ref: [bb, 1], o_ref: [bb, batch]
+    o_ref[...] = (m_ref[...] + bias_ref[...].astype(jnp.float32)).astype(o_ref.dtype)
+
+
+def row_min_partials(x, w, b, gn_weight, gn_bias, bs: BlockSizes):
+    """[batch, 128] f32: per row, the minimum of groupnorm(x @ w.T + b) over the columns of each lane class."""
+    (m, k), n = x.shape, w.shape[0]
+    grid = (m // bs.block_m, n // bs.block_n, k // bs.block_k)
+    size = jnp.dtype(x.dtype).itemsize
+    cost = pl.CostEstimate(
+        flops=2 * m * n * k + 4 * 2 * m * n * LANES + 12 * m * n,
+        transcendentals=m * n,  # rsqrt per output
+        bytes_accessed=size * (m * k * grid[1] + n * k * grid[0] + 3 * n) + 4 * m * LANES,
+    )
+    vec_spec = pl.BlockSpec((1, bs.block_n), lambda i, j, kk: (0, j))
+    return pl.pallas_call(
+        _gemm_groupnorm_min_kernel,
+        out_shape=jax.ShapeDtypeStruct((m, LANES), jnp.float32),
+        grid=grid,
+        in_specs=[
+            pl.BlockSpec((bs.block_m, bs.block_k), lambda i, j, kk: (i, kk)),
+            pl.BlockSpec((bs.block_n, bs.block_k), lambda i, j, kk: (j, kk)),
+            vec_spec, vec_spec, vec_spec,
+        ],
+        out_specs=pl.BlockSpec((bs.block_m, LANES), lambda i, j, kk: (i, 0)),
+        scratch_shapes=[pltpu.VMEM((bs.block_m, bs.block_n), jnp.float32)],
+        # The row minimum is carried across the N axis, so only the row axis is parallel.
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary"),
+                                             vmem_limit_bytes=_vmem_limit(bs, x.dtype)),
+        cost_estimate=cost,
+        interpret=False,
+    )(x, w, b.reshape(1, n), gn_weight.reshape(1, n), gn_bias.reshape(1, n))
+
+
+def broadcast_add(row_min, bias, out_dtype, block_b):
+    """[out, batch]: out[j, i] = row_min[i] + bias[j], in out_dtype."""
+    m, n = row_min.shape[0], bias.shape[0]
+    bb = min(block_b, n)
+    if n % bb or (bb != n and bb % SUBLANES):
+        raise ValueError(f"block_b={bb} must divide out_features={n} and be a multiple of {SUBLANES}")
+    osz = jnp.dtype(out_dtype).itemsize
+    return pl.pallas_call(
+        _broadcast_add_kernel,
+        out_shape=jax.ShapeDtypeStruct((n, m), out_dtype),
+        grid=(n // bb,),
+        in_specs=[pl.BlockSpec((1, m), lambda j: (0, 0)), pl.BlockSpec((bb, 1), lambda j: (j, 0))],
+        out_specs=pl.BlockSpec((bb, m), lambda j: (j, 0)),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
+                                             vmem_limit_bytes=int(max(4 * bb * m * osz + (4 << 20), 16 << 20))),
+        cost_estimate=pl.CostEstimate(flops=m * n, transcendentals=0,
+                                      bytes_accessed=osz * m * n + 4 * m + n * jnp.dtype(bias.dtype).itemsize),
+        interpret=False,
+    )(row_min.reshape(1, m), bias.reshape(n, 1))
+
+
+@functools.partial(jax.jit, static_argnames=("block_m", "block_n", "block_k", "block_b"))
+def workload(
+    x: jax.Array,  # [batch_size, in_features]
+    w: jax.Array,  # [out_features, in_features]
+    b: jax.Array,  # [out_features]
+    gn_weight: jax.Array,  # [out_features]
+    gn_bias: jax.Array,  # [out_features]
+    bias: jax.Array,  # [1, out_features, 1, 1]
+    *,
+    block_m: int = 1024,
+    block_n: int = 2048,
+    block_k: int = 2048,
+    block_b: int = 256,
+) -> jax.Array:  # [1, out_features, batch_size, 1] in x's dtype
+    """min over features of groupnorm(x @ w.T + b) per row, broadcast-added to bias: f32 accumulation and stats."""
+    (m, k), (n, k_w) = x.shape, w.shape
+    if k != k_w:
+        raise ValueError(f"in_features differ: x is [batch_size={m}, in_features={k}], w is [{n}, in_features={k_w}]")
+    for name, v in (("b", b), ("gn_weight", gn_weight), ("gn_bias", gn_bias)):
+        if v.shape != (n,):
+            raise ValueError(f"{name} has shape {v.shape}, expected (out_features={n},)")
+    if bias.shape != (1, n, 1, 1):
+        raise ValueError(f"bias has shape {bias.shape}, expected (1, out_features={n}, 1, 1)")
+    if n % GROUP_SIZE or LANES % GROUP_SIZE:
+        raise ValueError(f"out_features={n} must be whole groups of {GROUP_SIZE}, and {GROUP_SIZE} must divide {LANES}")
+    bs = BlockSizes.fit(m, n, k, block_m=block_m, block_n=block_n, block_k=block_k)
+    partials = row_min_partials(x, w, b, gn_weight, gn_bias, bs)
+    row_min = jnp.min(partials, axis=1)  # [batch]: folds the 128 lane classes (O(batch) work)
+    return broadcast_add(row_min, bias.reshape(n), x.dtype, block_b).reshape(1, n, m, 1)
