@@ -53,6 +53,17 @@ def test_a_tasks_own_reference_kernel_is_never_returned(task):
     assert f"jaxbench/{task}/kernel.py" not in paths(task, k=50)
 
 
+@pytest.mark.parametrize("task, family", [
+    ("40k_Gemm_GroupNorm_Min_BiasAdd", "GroupNorm"), ("43k_Gemm_BatchNorm_Scaling_Softmax", "BatchNorm"),
+    ("33k_Conv3d_Mish_Tanh", "Conv"), ("25k_Conv3d_GroupNorm_Mean", "Conv")])
+def test_the_librarys_own_kernels_are_served_to_tasks_of_their_family(task, family):
+    """The kernel library (issue 31) is retrieval's corpus too: a task gets a shipped kernel of its family, written
+    and judged here, never its own."""
+    found = paths(task)
+    assert any(family in p for p in found), found
+    assert f"jaxbench/{task}/kernel.py" not in found
+
+
 def test_a_tpu_target_prefers_tpu_kernels():
     top = search(load_task("12p_RMSNorm"), k=5)
     gpu_first = search(load_task("12p_RMSNorm"), k=5, platform="gpu")
