@@ -86,8 +86,12 @@ def _sigmoid(v):
 
 def _group_sum(v, ones):
     """Per-group sums of f32 v [rows, 128], broadcast back over each group's lanes, via the MXU in ~16-bit precision."""
-    hi = v.astype(jnp.bfloat16)
-    lo = (v - hi.astype(jnp.float32)).astype(jnp.bfloat16)
+    # hi is v with its low 16 bits cleared (exact in bfloat16), lo the rest. Not v.astype(bf16) widened back: that
+    # f32 -> bf16 -> f32 round trip makes libtpu's static profiler abort on v5e (LLO type check "Expected vector"),
+    # so the kernel could not be estimated there, though it compiles.
+    hi32 = lax.bitcast_convert_type(lax.bitcast_convert_type(v, jnp.uint32) & jnp.uint32(0xFFFF0000), jnp.float32)
+    hi = hi32.astype(jnp.bfloat16)
+    lo = (v - hi32).astype(jnp.bfloat16)
     return (jnp.dot(hi, ones, preferred_element_type=jnp.float32)
             + jnp.dot(lo, ones, preferred_element_type=jnp.float32))
 
