@@ -72,7 +72,9 @@ class Settings(BaseSettings):
     # TPU estimates off a TPU (libtpu's static LLO profile on shrunk shapes, floored by the roofline).
     estimate: bool = Field(default=True, description="Off a TPU, every verdict carries a TPU estimate for `chip` and the "
                            "loop, search and autotuner rank by it.")
-    estimate_memory_mb: int = Field(default=8192, ge=2048, description="Address-space guard of one profiling process.")
+    # Virtual address space: libtpu reserves far more than it touches; at 8192 the v6e profile of a 1024 x 4096 x 4096
+    # XLA GEMM died with mmap error 12.
+    estimate_memory_mb: int = Field(default=16384, ge=2048, description="Address-space guard of one profiling process.")
     estimate_timeout_s: float = Field(default=300.0, gt=0, description="Wall-clock limit of one profiling process.")
     estimate_max_gflop: float = Field(default=20.0, gt=0, description="Largest program (GFLOP) profiled; larger ones are "
                                       "shrunk along parallel dimensions and extrapolated.")
