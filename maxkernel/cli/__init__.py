@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from maxkernel.cli import agent, bench, kernels, mcp, port, report, search, task
+from maxkernel.cli import agent, bench, integrate, kernels, mcp, port, report, search, task
 from maxkernel.cli._common import UsageError
 
 __all__ = ["main", "cli", "UsageError"]
@@ -21,7 +21,8 @@ def cli() -> None:
 
 cli.add_command(bench.bench)
 cli.add_command(task.task)
-for _cmd in (*kernels.COMMANDS, agent.optimize, search.search, report.report, mcp.mcp, port.port):
+for _cmd in (*kernels.COMMANDS, agent.optimize, search.search, report.report, mcp.mcp, integrate.integrate,
+             port.port):
     cli.add_command(_cmd)
 
 
