@@ -1,0 +1,155 @@
+"""Pallas TPU kernel for 21k_Gemm_Divide_Sum_Scaling: tiled x @ w.T whose epilogue folds the f32 accumulator into
+per-row, lane-wise partial sums, so the [batch, hidden] GEMM output never leaves VMEM; then / divisor * scale.
+
+The task is marked DEGENERATE (the row sum of x @ w.T is x @ sum(w, axis=0), a matrix-vector product). This kernel
+does not take that shortcut: it does the stated GEMM on the MXU (bf16 in, f32 accumulation over K) and reduces each
+output tile over its columns in the epilogue at the last K step, as 36k does.
+
+Each (M block, N block) tile writes its own [block_m, 128] partial sums (f32, 128 lanes per N block), and the
+wrapper adds a row's hidden_size / block_n * 128 partials, an O(batch) combine, and applies / divisor * scale. N is a
+parallel grid axis, so the two TensorCores of a megacore chip can split N as well as M."""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+DIVISOR = 2.0
+SCALING_FACTOR = 1.5
+
+# Candidate values per tunable. At full size (4096 x 8192 x 8192, bf16) large output tiles keep x and w re-reads
+# low (x is streamed once per N block, w once per M block); K takes four steps of 2048 with the defaults.
+TUNABLES = {
+    "block_m": (256, 512, 1024, 2048),
+    "block_n": (512, 1024, 2048),
+    "block_k": (512, 1024, 2048, 4096),
+}
+
+SUBLANES, LANES = 8, 128
+
+# The epilogue walks the accumulator in (EPILOGUE_ROWS, 128) pieces: an inner loop over the 128-lane column chunks
+# of a row group carries that group's lane-wise partial sums in registers and stores them once into the output.
+EPILOGUE_ROWS = 32
+EPILOGUE_UNROLL = 4
+
+_CONTRACT_LAST = (((1,), (1,)), ((), ()))  # x[bm, bk] . w[bn, bk]: w stays in torch Linear layout
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """Tile sizes over batch (M), hidden_size (N) and input_size (K); build with `fit`."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+
+    def __post_init__(self):
+        for name, value in dataclasses.asdict(self).items():
+            if value <= 0:
+                raise ValueError(f"{name}={value} must be positive")
+
+    @classmethod
+    def fit(cls, m: int, n: int, k: int, *, block_m: int, block_n: int, block_k: int) -> "BlockSizes":
+        """Blocks clamped to the array dims (so one setting serves smoke and full size), then validated."""
+        sizes = cls(min(block_m, m), min(block_n, n), min(block_k, k))
+        for dim, extent, block, align in (("batch_size", m, sizes.block_m, SUBLANES),
+                                          ("hidden_size", n, sizes.block_n, LANES),
+                                          ("input_size", k, sizes.block_k, LANES)):
+            if extent % block:
+                raise ValueError(f"block for {dim}={extent} is {block}, which does not divide it")
+            if block != extent and block % align:
+                raise ValueError(f"block for {dim}={extent} is {block}: must be a multiple of {align} or all of it")
+        # The epilogue folds whole 128-lane column chunks.
+        if sizes.block_n % LANES:
+            raise ValueError(f"block for hidden_size is {sizes.block_n}: must be a multiple of {LANES}")
+        return sizes
+
+
+def _vmem_limit(bs: BlockSizes, in_dtype) -> int:
+    """Scoped VMEM: double-buffered x and w blocks, the f32 accumulator and the dot's f32 partial product, the
+    double-buffered [block_m, 128] partial sums, with a quarter more for Mosaic's scratch; within [16, 100] MiB."""
+    isz = jnp.dtype(in_dtype).itemsize
+    tiles = 2 * isz * (bs.block_m * bs.block_k + bs.block_n * bs.block_k)
+    need = tiles + 2 * 4 * bs.block_m * bs.block_n + 2 * 4 * bs.block_m * LANES
+    return int(min(max(need * 5 // 4, 16 << 20), 100 << 20))
+
+
+def _kernel(x_ref, w_ref, p_ref, acc_ref):
+    # x_ref: [bm, bk], w_ref: [bn, bk], acc_ref: [bm, bn] f32,
+    # p_ref: [bm, 128] f32, this tile's lane-wise sums of the accumulator over its 128-lane column chunks.
+    k, nk = pl.program_id(2), pl.num_programs(2)
+
+    prod = lax.dot_general(x_ref[...], w_ref[...], _CONTRACT_LAST, preferred_element_type=jnp.float32)
+
+    # The first K step stores its product (no zero fill and re-read); later ones add to it.
+    @pl.when(k == 0)
+    def _first():
+        acc_ref[...] = prod
+
+    @pl.when(k > 0)
+    def _accumulate():
+        acc_ref[...] += prod
+
+    @pl.when(k == nk - 1)
+    def _epilogue():
+        block_m, block_n = acc_ref.shape
+        rows_per = EPILOGUE_ROWS if block_m % EPILOGUE_ROWS == 0 else block_m
+
+        def _row_group(g, carry):
+            rows = pl.ds(pl.multiple_of(g * rows_per, rows_per), rows_per)
+
+            def _chunk(c, s):
+                cols = pl.ds(pl.multiple_of(c * LANES, LANES), LANES)
+                return s + acc_ref[rows, cols]
+
+            zero = jnp.zeros((rows_per, LANES), jnp.float32)
+            p_ref[rows, :] = lax.fori_loop(0, block_n // LANES, _chunk, zero, unroll=EPILOGUE_UNROLL)
+            return carry
+
+        lax.fori_loop(0, block_m // rows_per, _row_group, 0)
+
+
+@functools.partial(jax.jit, static_argnames=("block_m", "block_n", "block_k"))
+def workload(
+    x: jax.Array,  # [batch_size, input_size]
+    w: jax.Array,  # [hidden_size, input_size]
+    *,
+    block_m: int = 1024,
+    block_n: int = 2048,
+    block_k: int = 2048,
+) -> jax.Array:  # [batch_size, 1] in x's dtype
+    """sum(x @ w.T / divisor, axis=1, keepdims=True) * scaling_factor: f32 accumulation and f32 row sums."""
+    (m, k), (n, k_w) = x.shape, w.shape
+    if k != k_w:
+        raise ValueError(f"input_size differs: x is [batch_size={m}, {k}], w is [hidden_size={n}, {k_w}]")
+    bs = BlockSizes.fit(m, n, k, block_m=block_m, block_n=block_n, block_k=block_k)
+    grid = (m // bs.block_m, n // bs.block_n, k // bs.block_k)
+    size = jnp.dtype(x.dtype).itemsize
+    cost = pl.CostEstimate(
+        flops=2 * m * n * k + m * n,
+        transcendentals=0,
+        bytes_accessed=size * (m * k * grid[1] + n * k * grid[0]) + 4 * m * grid[1] * LANES,
+    )
+    partial_sums = pl.pallas_call(
+        _kernel,
+        out_shape=jax.ShapeDtypeStruct((m, grid[1] * LANES), jnp.float32),
+        grid=grid,
+        in_specs=[
+            pl.BlockSpec((bs.block_m, bs.block_k), lambda i, j, kk: (i, kk)),
+            pl.BlockSpec((bs.block_n, bs.block_k), lambda i, j, kk: (j, kk)),
+        ],
+        # One [bm, 128] block of partial sums per output tile, resident across K and written once.
+        out_specs=pl.BlockSpec((bs.block_m, LANES), lambda i, j, kk: (i, j)),
+        scratch_shapes=[pltpu.VMEM((bs.block_m, bs.block_n), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
+                                             vmem_limit_bytes=_vmem_limit(bs, x.dtype)),
+        cost_estimate=cost,
+        interpret=False,
+    )(x, w)
+    # sum_j (y_j / divisor) * scale = (sum of the partials) * (scale / divisor): O(batch) work.
+    total = jnp.sum(partial_sums, axis=1, keepdims=True) * (SCALING_FACTOR / DIVISOR)
+    return total.astype(x.dtype)
