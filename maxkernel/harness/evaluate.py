@@ -34,6 +34,11 @@ CPU_TIMING_LABEL = ("CPU wall time: the Pallas TPU interpreter against XLA:CPU; 
                     "kernel performance")
 _CLOCK_SLACK_MS = 5.0  # rounding between the two processes' reads of one monotonic clock
 _GAP_MS = 1.0  # the loop's own cost per timed call (clock reads, list appends), generously
+# The share of a wall-clock loop's span its samples may leave unaccounted for. On a loaded machine the timing process
+# is preempted between calls: an honest loop was seen leaving 29 % (20.8 of 29.4 ms, 3 samples, load average 8).
+# Samples cut by the forger's factor f leave 1 - 1/f, so anything claiming 2x or more is still caught; on a CPU the
+# wall time ranks nothing anyway (the TPU estimate does).
+_GAP_SHARE = 0.5
 
 
 class HarnessError(RuntimeError):
@@ -365,7 +370,8 @@ class Evaluator:
             return Verdict(**common, **timing, status="incorrect", stage="compare",
                            reason="; ".join(reasons)[:2000])
         unscorable = (_clock_problem("kernel", r["timing"], window)
-                      or _clock_problem("baseline", {"kernel_ms": j["timing"]["baseline_ms"], **j["timing"]}, None)
+                      or _clock_problem("baseline", {"kernel_ms": j["timing"]["baseline_ms"], **j["timing"]}, None,
+                                        judge=True)
                       or _implausible(backend, meta, kernel, speedup))
         if unscorable:
             return Verdict(**common, **timing, status="rejected", stage="timing",
@@ -543,11 +549,13 @@ def _malformed(base: dict, what: str) -> Verdict:
                    reason=f"the candidate's process returned a malformed result ({what})")
 
 
-def _clock_problem(what: str, timing: dict, window: tuple | None) -> str | None:
+def _clock_problem(what: str, timing: dict, window: tuple | None, *, judge: bool = False) -> str | None:
     """Why the reported samples cannot be true on the parent's clock (CLOCK_MONOTONIC, shared across processes).
 
-    The timed calls run back to back, so wall-clock samples must fill the loop's span; device samples (from a
-    profile) must fit inside it. The span itself must lie inside the job as the parent saw it.
+    The timed calls run back to back, so wall-clock samples must fill most of the loop's span; device samples (from a
+    profile) must fit inside it. The span itself must lie inside the job as the parent saw it. The judge's own
+    samples (`judge`: the baseline, timed in its process once the candidate's is gone) can be blurred by load but
+    never forged, so a gap in them is not held against the candidate.
     """
     samples = timing.get("kernel_ms") or []
     if not samples:
@@ -560,7 +568,8 @@ def _clock_problem(what: str, timing: dict, window: tuple | None) -> str | None:
     if total > took + _CLOCK_SLACK_MS or min(samples) <= 0:
         return (f"the {what} samples ({total:.1f} ms in all) do not fit in the {took:.1f} ms the timed loop took: "
                 "the timing was forged")
-    if timing.get("source", "wall") == "wall" and took - total > max(0.25 * took, len(samples) * _GAP_MS):
+    if not judge and timing.get("source", "wall") == "wall" and took - total > max(_GAP_SHARE * took,
+                                                                                 len(samples) * _GAP_MS):
         return (f"the {what} samples ({total:.1f} ms in all) account for too little of the {took:.1f} ms the timed "
                 "loop took: the timing was forged")
     if window is not None and not (window[0] - 1e-3 <= start <= end <= window[1] + 1e-3):
