@@ -47,8 +47,11 @@ def _kernel(x_ref, w_ref, cb_ref, bb_ref, o_ref, xs_ref, t_ref, *, cin, h, wo, b
         strip = jnp.concatenate(
             [xs_ref[pl.ds(jnp.minimum(r0 + i, h - 1), cin, stride=h), :] for i in range(CHUNK + 2)], axis=1)
         shifted = jnp.concatenate(
-            [strip, pltpu.roll(strip, span - 1, 1), pltpu.roll(strip, span - 2, 1)], axis=0).astype(jnp.bfloat16)
-        p = jnp.concatenate([shifted[:, kh * LANES:(kh + CHUNK) * LANES] for kh in range(3)], axis=0)
+            [strip, pltpu.roll(strip, span - 1, 1), pltpu.roll(strip, span - 2, 1)], axis=0)
+        # Stacked in f32 and cast once: cast before the slicing, the program compiles but libtpu's static
+        # profiler aborts on it (LLO type check "Expected vector"), so it could not be estimated.
+        p = jnp.concatenate([shifted[:, kh * LANES:(kh + CHUNK) * LANES] for kh in range(3)],
+                            axis=0).astype(jnp.bfloat16)
         acc = jnp.dot(wm, p, preferred_element_type=jnp.float32)  # [cout, CHUNK * 128]
         y = jnp.maximum(acc + cb, 0.0) + bb
         for r in range(CHUNK):

@@ -50,8 +50,11 @@ def _kernel(x_ref, w_ref, cb_ref, o_ref, xs_ref, y_ref, t_ref, *, cin, h, ho, wo
         strip = jnp.concatenate(
             [xs_ref[pl.ds(jnp.minimum(r0 + i, h - 1), cin, stride=h), :] for i in range(CHUNK + 2)], axis=1)
         shifted = jnp.concatenate(
-            [strip, pltpu.roll(strip, span - 1, 1), pltpu.roll(strip, span - 2, 1)], axis=0).astype(jnp.bfloat16)
-        p = jnp.concatenate([shifted[:, kh * LANES:(kh + CHUNK) * LANES] for kh in range(3)], axis=0)
+            [strip, pltpu.roll(strip, span - 1, 1), pltpu.roll(strip, span - 2, 1)], axis=0)
+        # Stacked in f32 and cast once: cast before the slicing, the program compiles but libtpu's static
+        # profiler aborts on it (LLO type check "Expected vector"), so it could not be estimated.
+        p = jnp.concatenate([shifted[:, kh * LANES:(kh + CHUNK) * LANES] for kh in range(3)],
+                            axis=0).astype(jnp.bfloat16)
         y = jnp.dot(wm, p, preferred_element_type=jnp.float32) + cb  # [cout, CHUNK * 128]
         y_ref[k] = y
         ym = jnp.where(col_ok & (row_in_chunk + r0 < ho), y, 0.0)

@@ -45,8 +45,11 @@ def _conv_chunk(xs_ref, wm, cb, r0, *, cin, h):
     strip = jnp.concatenate(
         [xs_ref[pl.ds(jnp.minimum(r0 + i, h - 1), cin, stride=h), :] for i in range(CHUNK + 2)], axis=1)
     shifted = jnp.concatenate(
-        [strip, pltpu.roll(strip, span - 1, 1), pltpu.roll(strip, span - 2, 1)], axis=0).astype(jnp.bfloat16)
-    p = jnp.concatenate([shifted[:, kh * LANES:(kh + CHUNK) * LANES] for kh in range(3)], axis=0)
+        [strip, pltpu.roll(strip, span - 1, 1), pltpu.roll(strip, span - 2, 1)], axis=0)
+    # Stacked in f32 and cast once: cast before the slicing, the program compiles but libtpu's static
+    # profiler aborts on it (LLO type check "Expected vector"), so it could not be estimated.
+    p = jnp.concatenate([shifted[:, kh * LANES:(kh + CHUNK) * LANES] for kh in range(3)],
+                        axis=0).astype(jnp.bfloat16)
     return _mish(jnp.dot(wm, p, preferred_element_type=jnp.float32) + cb)
 
 
