@@ -159,6 +159,38 @@ def test_where_the_printer_wraps_a_line_is_not_the_program():
                                {"kernels": ["b"], "kernels_unwrapped": ["u"], "outside": "o"}) is None
 
 
+def test_a_slice_that_spans_its_dim_at_one_size_is_the_same_program():
+    """What 46k's kernel does: one image row of width W stored into a 128-lane scratch, `s[:, 0:W]`. At W=18 the
+    printer shows the bound (`s[:,:18]`); at W=128 the slice spans the dim and shows none (`s[:,:]`), and the
+    honest program was refused as size-dependent. A store that does change with the size is still caught."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def run(x, *, split):
+        w = x.shape[1]
+
+        def body(x_ref, o_ref, s_ref):
+            s_ref[...] = jnp.zeros_like(s_ref)
+            s_ref[:, 0:w] = x_ref[...]
+            if split and w < 128:  # a choice made from the size: another program at the smaller one
+                s_ref[:, 0:w] = x_ref[...] * 2.0
+            o_ref[...] = s_ref[:, 0:w]
+        return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)])(x)
+
+    def prints(w, split=False):
+        return fingerprint(jax.jit(lambda x: run(x, split=split)).trace(
+            jax.ShapeDtypeStruct((8, w), jnp.float32)).jaxpr)
+
+    narrow, wide = prints(18), prints(128)
+    assert narrow["kernels_unwrapped"] != wide["kernels_unwrapped"]  # as printed, the bound is there or not
+    assert fingerprint_differs(narrow, wide) is None
+    assert "changed with the size" in fingerprint_differs(prints(18, split=True), prints(128, split=True))
+    # a fingerprint without the key (a cached estimate's) is compared by the keys it has
+    old = {k: v for k, v in wide.items() if k != "kernels_spanned"}
+    assert fingerprint_differs(narrow, old) is not None and fingerprint_differs(wide, old) is None
+
+
 @pytest.mark.parametrize("task", ["32k_Gemm_Sigmoid_LogSumExp"])
 def test_a_shipped_kernel_whose_lines_wrap_with_the_size_prints_one_program(task):
     p = _prints(task, jaxbench.task_dir(task) / "kernel.py")
