@@ -57,7 +57,7 @@ def diagnose(error_text: str, chip=None, source: str | None = None) -> Diagnosis
 # A reduction axis marked parallel reads a stale (NaN-initialised) accumulator under the strict interpreter once
 # the reduction has several steps (the verdict's check size runs it at its real length).
 _SOURCE_CAUSES = {"nan_output": ("missing_init", "store_condition", "dma_sync", "parallel_reduction"),
-                  "timeout": ("dma_sync",)}
+                  "timeout": ("dma_sync",), "blockspec_order": ("blockspec_order",)}
 
 
 def _line_of(family: str, m: re.Match, source: str | None) -> int | None:
@@ -163,7 +163,45 @@ def lint(source: str) -> list[Diagnosis]:
                                "zero it on the first step of the reduction axis, "
                                "@pl.when(pl.program_id(k) == 0): acc_ref[...] = jnp.zeros_like(acc_ref)", line))
     found += _dma_pairing(tree)
+    found += _blockspec_order(tree) + _interpret_left(tree)
     return sorted(found, key=lambda d: d.line or 0)
+
+
+def _callee(node) -> str | None:
+    """`BlockSpec` for pl.BlockSpec(...) or BlockSpec(...), None for anything but a call."""
+    if not isinstance(node, ast.Call):
+        return None
+    return node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+
+
+def _blockspec_order(tree) -> list[Diagnosis]:
+    """pl.BlockSpec(index_map, block_shape): the argument order jax used before 0.4.31. It fails as "'function'
+    object is not iterable", which names neither BlockSpec nor the order."""
+    found = []
+    for node in ast.walk(tree):
+        if _callee(node) != "BlockSpec" or not node.args:
+            continue
+        first = node.args[0]
+        second = node.args[1] if len(node.args) > 1 else None
+        if isinstance(first, ast.Lambda) or (isinstance(first, ast.Name) and isinstance(second, (ast.Tuple, ast.List))):
+            found.append(Diagnosis("blockspec_order", "pl.BlockSpec takes (block_shape, index_map); this call passes "
+                                   "the index map first (the order of early Pallas releases): write "
+                                   "pl.BlockSpec(block_shape, index_map), or name both: "
+                                   "pl.BlockSpec(block_shape=..., index_map=...)", node.lineno))
+    return found
+
+
+def _interpret_left(tree) -> list[Diagnosis]:
+    """pallas_call(..., interpret=True) or interpret=InterpretParams(...) left in: the judge refuses it."""
+    for node in ast.walk(tree):
+        if _callee(node) != "pallas_call":
+            continue
+        for kw in node.keywords:
+            value = kw.value
+            if kw.arg == "interpret" and ((isinstance(value, ast.Constant) and value.value is True)
+                                          or (_callee(value) or "").endswith("InterpretParams")):
+                return [Diagnosis("interpret_left_in", _interpret(None, None), kw.value.lineno)]
+    return []
 
 
 _COPY_MAKERS = ("make_async_copy", "make_async_remote_copy")
@@ -415,6 +453,12 @@ def _interpret(m: re.Match, chip) -> str:
             "TPU interpreter on CPU itself and compiles for the TPU elsewhere")
 
 
+def _blockspec_text(m: re.Match, chip) -> str:
+    return ("A function was used where a shape was expected: pl.BlockSpec takes (block_shape, index_map) (index_map "
+            "first was the order of early Pallas releases), so BlockSpec(index_map, block_shape) fails this way; swap them or name "
+            "both (block_shape=..., index_map=...)")
+
+
 def _timeout(m: re.Match, chip) -> str:
     return ("The run was killed at its time limit: a .wait() on a DMA or semaphore that nothing signals never "
             "returns (start every copy before waiting on it); otherwise the grid is too large for the interpreter "
@@ -455,6 +499,7 @@ _RULES: list[tuple[str, str, Callable[[re.Match, object], str]]] = [
     (r"Out-of-bounds block index (\([\d, ]+\)) for (?:input|output) \"(\w+)\"", "index_map_out_of_bounds", _oob_block),
     (r"workload returned arrays (\[.*?\)\]); the task declares (\[.*?\)\])", "output_dtype", _output_decl),
     (r"interpret= must be False or None", "interpret_left_in", _interpret),
+    (r"'function' object is not iterable", "blockspec_order", _blockspec_text),
     (r"Unsupported cast: \w+ -> float16", "dtype_per_chip", _f16_cast),
     (r"NaN/Inf values", "nan_output", _nan_output),
     (r"the candidate did not finish within [\d.]+ ?s", "timeout", _timeout),

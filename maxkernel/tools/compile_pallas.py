@@ -47,6 +47,34 @@ class CompileResult(BaseModel):
                                       "bytes_accessed at full bandwidth, whichever is slower): the same figure, from "
                                       "the same function, as estimate's roofline_ms.")
     config: dict = Field(default_factory=dict)
+    lint: list[dict] = Field(default_factory=list, description="Bugs read in the kernel's source that compiling "
+                             "cannot show (a reduction axis marked parallel, interpret=True left in, a BlockSpec in "
+                             "the old argument order, a store that never runs, ...): family, hint, line.")
+
+
+def _lint(source: str | None) -> list[dict]:
+    from maxkernel.harness.hints import lint
+
+    return [{"family": d.family, "hint": d.hint, "line": d.line} for d in lint(source)] if source else []
+
+
+def _with_source(raw: dict, source: str | None, findings: list[dict]) -> dict:
+    """The job's record seen with the kernel's source (read here, in the parent, from the user's file): a failure
+    the job could not name gets the hint its text and the source give (with the line); a kernel with no
+    pallas_call because interpret=True turned it into XLA's own program is told that, not to write a kernel."""
+    from maxkernel.harness.hints import diagnose
+
+    raw = dict(raw)
+    if source and not raw.get("ok") and raw.get("error"):
+        found = diagnose(raw["error"], raw.get("chip"), source)
+        if found is not None and (not raw.get("hint_family") or (found.family == raw["hint_family"] and found.line)):
+            raw.update(hint=found.hint + (f" (line {found.line})" if found.line else ""), hint_family=found.family)
+    left_in = next((f for f in findings if f["family"] == "interpret_left_in"), None)
+    if left_in and raw.get("ok") and raw.get("pallas_calls") == 0:
+        raw = {**raw, "ok": False, "stage": "no_pallas", "error": _NO_PALLAS, "hint": left_in["hint"],
+               "hint_family": "interpret_left_in"}
+    raw["lint"] = findings
+    return raw
 
 
 def _result(raw: dict, size: str, work: tuple[float, int] | None = None) -> CompileResult:
@@ -82,13 +110,16 @@ def _result(raw: dict, size: str, work: tuple[float, int] | None = None) -> Comp
     else:
         first = (raw.get("error") or "failed").splitlines()[0][:400]
         summary = f"FAILED at {raw.get('stage')} for {chip}: {first}" + (f"\nHint: {raw['hint']}" if raw.get("hint") else "")
+    for f in raw.get("lint") or []:  # what the source says beside the compiler, once each
+        if f["family"] != raw.get("hint_family"):
+            summary += f"\nLint ({f['family']}" + (f", line {f['line']}" if f.get("line") else "") + f"): {f['hint']}"
     return CompileResult(ok=bool(raw.get("ok")), summary=summary, chip=chip, stage=raw.get("stage", ""),
                          error=raw.get("error"), hint=raw.get("hint"), hint_family=raw.get("hint_family"),
                          vmem_bytes=raw.get("vmem_bytes"), vmem_buffers=raw.get("vmem_buffers") or [],
                          vmem_limit_bytes=limit, vmem_limit_source=source, compile_s=raw.get("compile_s"), pallas_calls=raw.get("pallas_calls"),
                          flops=work[0] if work and work[0] else None, bytes_accessed=float(work[1]) if work else None,
                          roofline_ms=roof * 1e3 if roof else None,
-                         config=raw.get("config") or {})
+                         config=raw.get("config") or {}, lint=raw.get("lint") or [])
 
 
 _POOL: WorkerPool | None = None
@@ -126,6 +157,11 @@ def compile_many(task: str, kernel: str, chip_names: list[str], configs: list[di
     except TaskBaselineError as exc:  # the task's fault: say so, and compile nothing against a broken task
         return [_result({"ok": False, "chip": c, "stage": "task", "error": str(exc), "config": cfg}, size)
                 for cfg, c in wanted]
+    try:
+        source = Path(kernel).read_text(errors="replace")
+    except OSError:
+        source = None
+    findings = _lint(source)
     spec, task_files = loaded.for_job()
     job = {"kind": "compile_many", "task": spec, "kernel": "kernel.py", "chips": list(chip_names),
            "configs": configs, "size": size, "guard": jobs_guarded()}
@@ -151,7 +187,7 @@ def compile_many(task: str, kernel: str, chip_names: list[str], configs: list[di
                 for k in ("error", "hint"):
                     if r.get(k):
                         r[k] = users_file(str(r[k]), inside, str(kernel))
-                out.append(_result(r, size, work))
+                out.append(_result(_with_source(r, source, findings), size, work))
             except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a malformed record: stop trusting it
                 why = f"the compile job wrote a malformed record ({type(exc).__name__}: {str(exc)[:200]})"
                 break
@@ -192,7 +228,9 @@ def compile_pallas(task: str, kernel: str, chip: str = "v5e", size: str = "full"
     Returns:
         ok, a summary line, the stage reached, the error and a hint when it fails, VMEM use against the
         chip's scoped limit, and the task's roofline bound (the floor `estimate_tpu_time` reports as
-        roofline_ms). A kernel with no pallas_call fails (stage no_pallas); a task whose own baseline.py
+        roofline_ms), and `lint`: bugs read in the kernel's source that compiling cannot show (a reduction
+        axis marked parallel, interpret=True left in, a BlockSpec in the old argument order), each with its line.
+        A kernel with no pallas_call fails (stage no_pallas); a task whose own baseline.py
         fails is reported as the task's failure (stage task), not the kernel's.
     """
     if chip != "native":

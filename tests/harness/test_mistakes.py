@@ -100,3 +100,24 @@ def test_a_dma_handed_to_a_list_or_waited_inline_is_not_judged():
     listed = base.replace("    copy.wait()\n", "    copies = [copy]\n    copies[0].wait()\n")
     assert inline != base and listed != base
     assert lint(inline) == [] and lint(listed) == []
+
+
+@pytest.mark.unit
+def test_a_blockspec_in_the_old_order_and_interpret_left_in_are_read_in_the_source():
+    source = load_task("12p_RMSNorm").reference_kernel.read_text()
+    old = next(m for m in MISTAKES if m.family == "blockspec_order")
+    broken = apply(old, source)
+    found = lint(broken)
+    assert [d.family for d in found] == ["blockspec_order"]
+    assert broken.splitlines()[found[0].line - 1].strip().startswith("pl.BlockSpec(lambda i")
+    # the interpreter's own words name neither BlockSpec nor the order; with the source, the line is named
+    err = "TypeError: 'function' object is not iterable"
+    assert diagnose(err, "v5e").family == "blockspec_order" and diagnose(err, "v5e").line is None
+    assert diagnose(err, "v5e", broken).line == found[0].line
+    named = source.replace("pl.BlockSpec((1, emb), lambda i: (0, 0)),",
+                           "pl.BlockSpec(index_map=lambda i: (0, 0), block_shape=(1, emb)),")
+    by_name = "def imap(i):\n    return (0, 0)\n" + source.replace("pl.BlockSpec((1, emb), lambda i: (0, 0)),",
+                                                                   "pl.BlockSpec(imap, (1, emb)),")
+    assert lint(named) == [] and [d.family for d in lint(by_name)] == ["blockspec_order"]
+    for left in ("interpret=True", "interpret=pltpu.InterpretParams()"):
+        assert [d.family for d in lint(source.replace("interpret=False", left))] == ["interpret_left_in"]

@@ -39,3 +39,19 @@ def test_the_vmem_limit_said_is_the_one_the_kernel_asks_for():
     assert f"of {own.vmem_limit_bytes >> 20} MiB scoped (the kernel asks for it)" in own.summary
     assert default.ok and default.vmem_limit_source == "chip" and default.vmem_limit_bytes == 16 << 20
     assert "of 16 MiB scoped (the chip default)" in default.summary
+
+
+def test_compile_shows_what_the_source_says_beside_the_compiler(tmp_path):
+    """A reduction axis marked parallel compiles (it races only on a two-TensorCore chip at run time): compile is
+    where a person looks first, so the lint finding is in its answer, with the line; a correct kernel has none."""
+    from maxkernel.evals.mistakes import MISTAKES, apply, base_source
+
+    mistake = next(m for m in MISTAKES if m.family == "parallel_reduction")
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text(apply(mistake, base_source(mistake)))
+    r = compile_pallas("8p_GEMM", str(kernel), "v5e", "smoke")
+    assert r.ok, r.summary
+    assert [f["family"] for f in r.lint] == ["parallel_reduction"] and r.lint[0]["line"]
+    assert f"Lint (parallel_reduction, line {r.lint[0]['line']}): " in r.summary and "'arbitrary'" in r.summary
+    clean = compile_pallas("8p_GEMM", str(ROOT / "jaxbench/8p_GEMM/kernel.py"), "v5e", "smoke")
+    assert clean.ok and clean.lint == [] and "Lint" not in clean.summary
