@@ -56,6 +56,13 @@ def _key(task, kernel: Path, chips: list[str]) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
 
 
+def judged_files(task, kernel: Path) -> dict:
+    """What the verdict in a record was given: the kernel's bytes and the task's files, by digest. The suite's test
+    of the shipped kernels reads these (tests/harness/test_reference_verdicts.py): a record whose kernel or task
+    changed since is no proof of the files on disk."""
+    return {"kernel_sha256": hashlib.sha256(kernel.read_bytes()).hexdigest(), "task_digest": task.digest}
+
+
 def _spec(task) -> str:
     """How the harness and the tools are handed the task: a suite task by name, a folder by its path."""
     return task.name if task.source == "jaxbench" else str(task.path)
@@ -120,7 +127,7 @@ def _row(task, chips: list[str], key: str, progress: Callable[[str], None]) -> d
     kernel = task.path / "kernel.py"
     t0 = time.monotonic()
     row = {"task": task.name, "suite": task.suite, "tier": task.tier, "kernel": str(kernel), "key": key,
-           "label": LABEL, "degenerate": task.degenerate}
+           "label": LABEL, "degenerate": task.degenerate, **judged_files(task, kernel)}
     progress(f"{task.name}: judging {kernel.name} on fresh seeds (smoke size, sandboxed)")
     v = evaluate(_spec(task), kernel, size="smoke", estimate=False)
     row.update(status=v.status, correct=v.status == "correct", reason=v.reason,
@@ -277,7 +284,7 @@ def run_table(tasks: list, chips: list[str], out: str | Path, progress: Callable
             row = _row(task, chips, key, progress)
         except Exception as exc:  # noqa: BLE001 - one task's harness failure costs its row, not the table
             row = {"task": task.name, "suite": task.suite, "tier": task.tier, "kernel": str(kernel), "key": key,
-                   "label": LABEL, "status": "error", "correct": False, "chips": {}, "retry": True,
+                   **judged_files(task, kernel), "label": LABEL, "status": "error", "correct": False, "chips": {}, "retry": True,
                    "reason": f"{type(exc).__name__}: {exc}"[:1000],
                    "note": "not judged: the harness failed on it; the next run tries again"}
         tmp = record.with_suffix(".tmp")
