@@ -185,13 +185,66 @@ def _record(task: str, mode: str, model: str | None, size: str, out: Path, progr
     return rec
 
 
+def _ray_task(job: tuple) -> dict:
+    """One task's record, made in a Ray worker: its progress lines come back with it."""
+    from maxkernel.optimize import OptimizeError
+    from maxkernel.search.ray_backend import where
+    from maxkernel.settings import get_settings
+
+    task, mode, model, size, out = job
+    get_settings.cache_clear()  # the settings of the env Ray handed this worker, not of an earlier task's
+    lines: list[str] = []
+    try:
+        rec = _record(task, mode, model, size, Path(out), lines.append)
+    except OptimizeError as exc:
+        return {"usage_error": str(exc), "lines": lines}
+    return {"record": {**rec, "ran_on": where("ray")}, "lines": lines}
+
+
+def _on_threads(todo: list[str], concurrency: int, one) -> None:
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench-agent") as pool:
+        futures = [pool.submit(one, t) for t in todo]
+        finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = [f for f in finished if f.exception() is not None]
+        if failed:
+            for f in futures:
+                f.cancel()
+            exc = failed[0].exception()
+            from maxkernel.optimize import OptimizeError
+
+            if isinstance(exc, OptimizeError):
+                raise BenchError(str(exc)) from None
+            raise exc
+
+
+def _on_ray(todo: list[str], job: tuple, concurrency: int, address: str | None, progress, keep) -> None:
+    """The tasks as Ray tasks; each record is written here, in the driver, as its task finishes."""
+    from maxkernel.search.ray_backend import RayBackendError, run_each
+
+    def done(task: str, result: dict) -> None:
+        for line in result.get("lines", []):
+            progress(f"[{task}] {line}")
+        if "usage_error" in result:
+            raise BenchError(result["usage_error"])
+        keep(task, result["record"])
+
+    try:
+        run_each(_ray_task, [(t, *job) for t in todo], concurrency=concurrency, address=address,
+                 on_start=lambda item: progress(f"[{item[0]}] started (as a Ray task)"),
+                 on_done=lambda item, result: done(item[0], result))
+    except RayBackendError as exc:
+        raise BenchError(str(exc)) from None
+
+
 def run_bench_agent(tasks: list[str], mode: str = "auto", model: str | None = None, out: str | Path | None = None,
                     concurrency: int = 1, progress: Callable[[str], None] | None = None,
-                    size: str = "smoke") -> dict:
+                    size: str = "smoke", backend: str = "local", ray_address: str | None = None) -> dict:
     """Run the agent on each task (at most `concurrency` at once) and return records plus their summary.
 
     Each task's record is written atomically to out/records/<task>.json as soon as it is done; a task whose
     record is already there is not run again, so re-running the same command resumes an interrupted bench.
+    backend "ray" runs each task as a Ray task (a local cluster, or the one at `ray_address`); the records, their
+    folder and resuming are the same, and `ran_on` says which process made each.
     """
     from maxkernel.evals.stats import summarize
 
@@ -199,6 +252,13 @@ def run_bench_agent(tasks: list[str], mode: str = "auto", model: str | None = No
     out = Path(out) if out else DEFAULT_OUT
     if concurrency < 1:
         raise BenchError("--concurrency must be at least 1")
+    if backend not in ("local", "ray"):
+        raise BenchError(f"unknown backend {backend!r}; choose local or ray")
+    if backend == "ray":
+        from maxkernel.search.ray_backend import ray_available
+
+        if ray_available():
+            raise BenchError(ray_available())
     skipped = _check(tasks, mode, model, size)
     if skipped:
         progress(f"bench agent: skipping {len(skipped)} of {len(tasks)} tasks: {next(iter(skipped.values()))}")
@@ -214,36 +274,29 @@ def run_bench_agent(tasks: list[str], mode: str = "auto", model: str | None = No
     _write_json(out / "meta.json", {"mode": mode, "model": model, "size": size, "tasks": tasks,
                                     "skipped": [{"task": t, "reason": why} for t, why in skipped.items()]})
 
-    def one(task: str) -> dict:
-        def say(line: str) -> None:
-            progress(f"[{task}] {line}")
-
-        say("started")
-        rec = _record(task, mode, model, size, out, say)
+    def keep(task: str, rec: dict) -> dict:
         _write_json(out / "records" / f"{task}.json", rec)
         verdict = "CORRECT" if rec["correct"] else f"failed ({rec['failure']})"
         rank = rec.get("rank_speedup") or rec.get("speedup")
         speed = f", {rank:.3g}x vs XLA ({rec.get('rank_label') or 'measured'})" if rank else ""
-        say(f"done: {verdict}{speed} in {rec['wall_s']:.0f} s")
+        progress(f"[{task}] done: {verdict}{speed} in {rec['wall_s']:.0f} s")
         return rec
 
-    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench-agent") as pool:
-        futures = [pool.submit(one, t) for t in todo]
-        finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        failed = [f for f in finished if f.exception() is not None]
-        if failed:
-            for f in futures:
-                f.cancel()
-            exc = failed[0].exception()
-            from maxkernel.optimize import OptimizeError
+    def one(task: str) -> dict:
+        from maxkernel.search.ray_backend import where
 
-            if isinstance(exc, OptimizeError):
-                raise BenchError(str(exc)) from None
-            raise exc
+        progress(f"[{task}] started")
+        rec = _record(task, mode, model, size, out, lambda line: progress(f"[{task}] {line}"))
+        return keep(task, {**rec, "ran_on": where("local")})
+
+    if backend == "ray" and todo:
+        _on_ray(todo, (mode, model, size, str(out.resolve())), concurrency, ray_address, progress, keep)
+    else:
+        _on_threads(todo, concurrency, one)
 
     records = [r for r in load_records(out) if r["task"] in set(tasks)]
     summary = summarize(records)
     _write_json(out / "summary.json", summary)
-    return {"out": str(out), "mode": mode, "model": model, "size": size, "ran": todo,
+    return {"out": str(out), "mode": mode, "model": model, "size": size, "backend": backend, "ran": todo,
             "resumed": [t for t in tasks if t in done], "tasks": records, "summary": summary,
             "skipped": [{"task": t, "reason": why} for t, why in skipped.items()]}

@@ -257,44 +257,95 @@ def _plot(rows: list[dict], chips: list[str], path: Path) -> None:
     plt.close(fig)
 
 
-def run_table(tasks: list, chips: list[str], out: str | Path, progress: Callable[[str], None] | None = None) -> dict:
+def run_table(tasks: list, chips: list[str], out: str | Path, progress: Callable[[str], None] | None = None,
+              backend: str = "local", ray_address: str | None = None, concurrency: int = 2) -> dict:
     """Tabulate `tasks` for `chips` into `out` (records/<task>.json, kernels.json, kernels.md, kernels.png). A task
-    whose record holds the same key (kernel, task files, estimator, chips) is not redone."""
+    whose record holds the same key (kernel, task files, estimator, chips) is not redone. backend "ray" makes each
+    row as a Ray task (at most `concurrency` at once; a local cluster, or the one at `ray_address`), the records
+    written here as they finish: the same records as the local backend's, and `ran_on` says which process made each."""
     from maxkernel import chips as chips_mod
 
     progress = progress or (lambda _line: None)
     for c in chips:
         if not chips_mod.get(c).is_tpu:
             raise TableError(f"--chip {c}: the table estimates TPU time; give TPU chips (v5e, v6e, ...)")
+    if backend not in ("local", "ray"):
+        raise TableError(f"unknown backend {backend!r}; choose local or ray")
     folder = Path(out)
     (folder / RECORDS).mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows: dict[str, dict] = {}
+    todo = []
     for i, task in enumerate(tasks, 1):
-        kernel = task.path / "kernel.py"
-        key = _key(task, kernel, chips)
+        key = _key(task, task.path / "kernel.py", chips)
         record = folder / RECORDS / f"{task.name}.json"
         old = json.loads(record.read_text()) if record.is_file() else None
         retry = old and (old.get("retry") or any(cell.get("retry") for cell in (old.get("chips") or {}).values()))
         if old and old.get("key") == key and not retry:
             progress(f"[{i}/{len(tasks)}] {task.name}: unchanged since its record (kernel, task, estimator): kept")
-            rows.append({**old, "resumed": True})
-            continue
-        progress(f"[{i}/{len(tasks)}] {task.name}")
-        try:
-            row = _row(task, chips, key, progress)
-        except Exception as exc:  # noqa: BLE001 - one task's harness failure costs its row, not the table
-            row = {"task": task.name, "suite": task.suite, "tier": task.tier, "kernel": str(kernel), "key": key,
-                   **judged_files(task, kernel), "label": LABEL, "status": "error", "correct": False, "chips": {}, "retry": True,
-                   "reason": f"{type(exc).__name__}: {exc}"[:1000],
-                   "note": "not judged: the harness failed on it; the next run tries again"}
+            rows[task.name] = {**old, "resumed": True}
+        else:
+            todo.append((i, task, key))
+
+    def keep(i: int, task, row: dict) -> None:
+        record = folder / RECORDS / f"{task.name}.json"
         tmp = record.with_suffix(".tmp")
         tmp.write_text(json.dumps(row, indent=1, default=str))
         tmp.replace(record)  # a crash mid-write leaves the old record or none, never half of one
-        rows.append(row)
+        rows[task.name] = row
         progress(f"[{i}/{len(tasks)}] {task.name}: {row['status'].upper()}"
                  + "".join(f"; {c} {cell['speedup']:.2f}x" if cell.get("speedup") else f"; {c} —"
                            for c, cell in (row.get("chips") or {}).items()))
-    return _write(folder, rows, chips)
+
+    if backend == "ray" and todo:
+        from maxkernel.search.ray_backend import RayBackendError, run_each
+
+        def done(item, result: dict) -> None:
+            for line in result["lines"]:
+                progress(f"[{item[0]}/{len(tasks)}] {line}")
+            keep(item[0], item[1], result["row"])
+
+        try:
+            # A task goes by name or folder (a loaded folder task holds a module only its own process has).
+            by_spec = {_spec(task): task for _i, task, _key in todo}
+            run_each(_ray_row, [(i, _spec(task), key, chips) for i, task, key in todo], concurrency=concurrency,
+                     address=ray_address, on_start=lambda item: progress(f"[{item[0]}/{len(tasks)}] "
+                                                                         f"{by_spec[item[1]].name} (as a Ray task)"),
+                     on_done=lambda item, result: done((item[0], by_spec[item[1]]), result))
+        except RayBackendError as exc:
+            raise TableError(str(exc)) from None
+    else:
+        for i, task, key in todo:
+            progress(f"[{i}/{len(tasks)}] {task.name}")
+            keep(i, task, _safe_row(task, chips, key, progress, "local"))
+    return _write(folder, [rows[t.name] for t in tasks], chips)
+
+
+def _safe_row(task, chips: list[str], key: str, progress, backend: str) -> dict:
+    """The row, or on a harness failure an error row that the next run tries again; `ran_on` says who made it."""
+    from maxkernel.search.ray_backend import where
+
+    kernel = task.path / "kernel.py"
+    try:
+        row = _row(task, chips, key, progress)
+    except Exception as exc:  # noqa: BLE001 - one task's harness failure costs its row, not the table
+        row = {"task": task.name, "suite": task.suite, "tier": task.tier, "kernel": str(kernel), "key": key,
+               **judged_files(task, kernel), "label": LABEL, "status": "error", "correct": False, "chips": {},
+               "retry": True, "reason": f"{type(exc).__name__}: {exc}"[:1000],
+               "note": "not judged: the harness failed on it; the next run tries again"}
+    return {**row, "ran_on": where(backend)}
+
+
+def _ray_row(item: tuple) -> dict:
+    """One row made in a Ray worker; its progress lines come back with it."""
+    from maxkernel.settings import get_settings
+
+    from maxkernel.tasks import load_task
+
+    _i, spec, key, chips = item
+    get_settings.cache_clear()
+    task = load_task(spec)
+    lines: list[str] = []
+    return {"row": _safe_row(task, chips, key, lines.append, "ray"), "lines": lines}
 
 
 def _write(folder: Path, rows: list[dict], chips: list[str]) -> dict:

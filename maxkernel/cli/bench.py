@@ -98,8 +98,12 @@ def _task_list(tasks: tuple[str, ...], all_tasks: bool, suite: str = "jaxbench")
 @click.option("--out", default=None, type=click.Path(file_okay=False),
               help="results folder; re-running with it resumes (default runs/bench-agent)")
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="tasks run at once")
+@click.option("--backend", default="local", show_default=True, type=click.Choice(["local", "ray"]),
+              help="ray: each task a Ray task, on a local cluster or --ray-address's (records are the same)")
+@click.option("--ray-address", default=None, help="an existing Ray cluster ('auto' or host:port); none starts one")
 @json_option
-def bench_agent(tasks, all_tasks, suite, mode, model, size, chip_name, out, concurrency, as_json) -> None:
+def bench_agent(tasks, all_tasks, suite, mode, model, size, chip_name, out, concurrency, backend, ray_address,
+                as_json) -> None:
     """Run the agent over many tasks, resumable; fast_p summary (per suite when there are two). Exit 0 when every
     task has its record (an incorrect kernel is a measured result), 1 when some task ended in agent_error (a
     re-run with the same --out retries those), 2 usage."""
@@ -111,7 +115,7 @@ def bench_agent(tasks, all_tasks, suite, mode, model, size, chip_name, out, conc
     use_chip(chip)  # every task's loop or search reads the settings' chip
     try:
         doc = run_bench_agent(names, mode=mode, model=model, out=out, concurrency=concurrency, progress=progress,
-                              size=size)
+                              size=size, backend=backend, ray_address=ray_address)
     except BenchError as exc:
         raise UsageError(str(exc)) from None
     s = doc["summary"]
@@ -143,8 +147,13 @@ def bench_agent(tasks, all_tasks, suite, mode, model, size, chip_name, out, conc
               help="TPU chip to compile and estimate for (repeatable); default the settings' chip")
 @click.option("--out", default="runs/kernels", show_default=True, type=click.Path(file_okay=False),
               help="results folder (records/, kernels.json, kernels.md, kernels.png); re-running with it resumes")
+@click.option("--backend", default="local", show_default=True, type=click.Choice(["local", "ray"]),
+              help="ray: each row a Ray task, on a local cluster or --ray-address's (records are the same)")
+@click.option("--ray-address", default=None, help="an existing Ray cluster ('auto' or host:port); none starts one")
+@click.option("--concurrency", default=2, show_default=True, type=click.IntRange(min=1),
+              help="rows made at once on Ray (a conv row's profile can take 8 GB)")
 @json_option
-def bench_kernels(suite, tasks, chips, out, as_json) -> None:
+def bench_kernels(suite, tasks, chips, out, backend, ray_address, concurrency, as_json) -> None:
     """The shipped kernels' table: each task's kernel.py judged by the harness (fresh seeds, smoke size), compiled at
     full size and estimated against XLA on each chip; fast_p by estimate per chip. A task whose kernel, files and
     estimator are unchanged since its record is not redone. Exit 0 when every kernel is correct and estimated on
@@ -158,7 +167,8 @@ def bench_kernels(suite, tasks, chips, out, as_json) -> None:
         picked = table_tasks(suite, [t.strip() for item in tasks for t in item.split(",") if t.strip()])
         if not picked:
             raise TableError(f"no task of --suite {suite} ships a kernel.py")
-        doc = run_table(picked, names, out, progress=progress)
+        doc = run_table(picked, names, out, progress=progress, backend=backend, ray_address=ray_address,
+                        concurrency=concurrency)
     except TableError as exc:
         raise UsageError(str(exc)) from None
     lines = []

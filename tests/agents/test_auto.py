@@ -245,7 +245,7 @@ async def test_off_a_tpu_the_loop_keeps_the_best_by_the_tpu_estimate(replay_env,
     """With estimates on (the default outside the test suite), a CPU run ranks by the estimated TPU speedup, says
     so, and still reports the measured interpreter speedup beside it."""
     replay_env(max_iterations=1, estimate="true")
-    runner, session, events = await run_to_end(sqlite_store, drive, "8p_GEMM")
+    runner, session, events = await run_to_end(sqlite_store, drive, "12p_RMSNorm")
     loop = session.state["loop"]
     entry, best = loop["history"][0], loop["best"]
     assert entry["status"] == "correct" and best["iteration"] == 1

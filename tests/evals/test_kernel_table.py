@@ -218,3 +218,36 @@ def test_a_baseline_whose_profile_ran_out_of_time_is_tried_again(monkeypatch):
     assert cell["speedup"] is None and "did not finish" in cell["error"] and cell["retry"], cell
     base.error = "libtpu aborted: unsupported op"  # a failure of the program itself is kept
     assert not _chip_cell(task, task.path / "kernel.py", verdict, "v5e", ["full"], compiled)["retry"]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_the_table_on_ray_makes_the_local_backends_records(tmp_path, settings, monkeypatch):
+    """Each row a Ray task on a real local cluster: the same records as the local backend (a correct kernel whose
+    profile ran out of time, a wrong one never compiled), each saying which process made it; then resumed."""
+    import os
+
+    from _extras import need_module
+
+    from maxkernel.kernel_table import run_table, table_tasks
+
+    need_module("ray", extra="ray")
+    monkeypatch.setenv("MAXKERNEL_ESTIMATE_TIMEOUT_S", "0.5")  # every profile out of time: rows without figures
+    settings.cache_clear()
+    tasks = table_tasks("jaxbench", ["12p_RMSNorm", str(_wrong_task(tmp_path))])
+    local = run_table(tasks, ["v5e"], tmp_path / "local")
+    lines = []
+    ray = run_table(tasks, ["v5e"], tmp_path / "ray", progress=lines.append, backend="ray", concurrency=2)
+    run_fields = {"seeds", "wall_s", "ran_on", "max_rel_err", "reason"}
+    for ours, theirs in zip(ray["rows"], local["rows"]):
+        assert ours["task"] == theirs["task"] and set(ours) == set(theirs)
+        assert {k: v for k, v in ours.items() if k not in run_fields} == \
+            {k: v for k, v in theirs.items() if k not in run_fields}, ours["task"]
+        assert ours["ran_on"]["backend"] == "ray" and ours["ran_on"]["pid"] != os.getpid()
+        assert theirs["ran_on"] == {**theirs["ran_on"], "backend": "local", "pid": os.getpid()}
+    assert [r["status"] for r in ray["rows"]] == ["correct", "incorrect"]
+    assert any(line.endswith("rms_wrong (as a Ray task)") for line in lines)
+    assert ray["summary"] == local["summary"]
+    again = run_table(tasks[1:], ["v5e"], tmp_path / "ray", backend="ray")  # 12p, out of time, would be retried
+    assert again["rows"][0]["resumed"] and again["rows"][0]["ran_on"] == ray["rows"][1]["ran_on"]
