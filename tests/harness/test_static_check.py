@@ -248,3 +248,22 @@ def test_an_estimate_refused_before_import_says_the_whole_reason(tmp_path, monke
     assert not r.ok and r.stage == "static"
     assert r.error == ("the kernel was refused before import: " + check_source(kernel.read_text(), kernel.name))
     assert "timed_kernel.py line 2: import of 'time' is not allowed" in r.error, r.error
+
+
+_TIMED = ("import jax\nimport time\n\n\ndef benchmark(f):\n    return time.perf_counter()\n\n\n"
+          "def workload(x, scale):\n    return x\n")
+
+
+def test_every_refusal_before_import_says_the_whole_reason(tmp_path, monkeypatch):
+    """evaluate says the static check's violation whole, with its file and line, as the estimator does (above) and
+    the port's screen does (tests/port); a refused kernel starts no sandboxed job (the unit tier's guard fails one)."""
+    from maxkernel.harness.evaluate import Evaluator
+    from maxkernel.harness.sandbox import WorkerPool
+
+    kernel = tmp_path / "timed_kernel.py"
+    kernel.write_text(_TIMED)
+    why = check_source(_TIMED, kernel.name)
+    assert why.startswith("timed_kernel.py line 2: import of 'time' is not allowed")
+    with Evaluator(WorkerPool(size=0)) as ev:
+        v = ev.evaluate("12p_RMSNorm", kernel)
+    assert v.status == "rejected" and v.stage == "static" and v.reason == why
