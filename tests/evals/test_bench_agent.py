@@ -76,8 +76,9 @@ def test_bench_agent_records_resumes_and_reports(local_bench, tmp_path, monkeypa
 
 
 # What differs between two runs of the same task by design: fresh seeds, clocks, measured times, who ran it.
+# Tokens too: the replay model counts the requests' text, which carries each run's own paths and measured figures.
 _RUN_FIELDS = {"seeds", "wall_s", "started_at", "finished_at", "ran_on", "verdict", "session_id", "timing",
-               "kernel", "max_rel_err", "reason", "roofline_fraction"}
+               "kernel", "max_rel_err", "reason", "roofline_fraction", "tokens"}
 
 
 def _same_run(rec: dict) -> dict:
@@ -108,6 +109,7 @@ def test_bench_agent_on_ray_makes_the_local_backends_records(local_bench, tmp_pa
             assert set(rec) == set(theirs[task]), task
             assert _same_run(rec) == _same_run(theirs[task]), task
             assert rec["correct"] and rec["status"] == theirs[task]["status"] == "correct"
+            assert rec["tokens"] > 0 and abs(rec["tokens"] - theirs[task]["tokens"]) <= 0.01 * theirs[task]["tokens"]
             assert rec["ran_on"]["backend"] == "ray" and rec["ran_on"]["pid"] != os.getpid() and rec["ran_on"]["node_id"]
             assert json.loads((out / "records" / f"{task}.json").read_text()) == rec  # written by the driver
         assert any(line == "[8p_GEMM] started (as a Ray task)" for line in lines)
