@@ -257,8 +257,9 @@ def run_bench_agent(tasks: list[str], mode: str = "auto", model: str | None = No
     if backend == "ray":
         from maxkernel.search.ray_backend import ray_available
 
-        if ray_available():
-            raise BenchError(ray_available())
+        why = ray_available()
+        if why:
+            raise BenchError(why)
     skipped = _check(tasks, mode, model, size)
     if skipped:
         progress(f"bench agent: skipping {len(skipped)} of {len(tasks)} tasks: {next(iter(skipped.values()))}")

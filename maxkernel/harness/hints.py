@@ -175,7 +175,7 @@ def _callee(node) -> str | None:
 
 
 def _blockspec_order(tree) -> list[Diagnosis]:
-    """pl.BlockSpec(index_map, block_shape): the argument order jax used before 0.4.31. It fails as "'function'
+    """pl.BlockSpec(index_map, block_shape): the argument order of early Pallas releases. It fails as "'function'
     object is not iterable", which names neither BlockSpec nor the order."""
     found = []
     for node in ast.walk(tree):
@@ -455,8 +455,8 @@ def _interpret(m: re.Match, chip) -> str:
 
 def _blockspec_text(m: re.Match, chip) -> str:
     return ("A function was used where a shape was expected: pl.BlockSpec takes (block_shape, index_map) (index_map "
-            "first was the order of early Pallas releases), so BlockSpec(index_map, block_shape) fails this way; swap them or name "
-            "both (block_shape=..., index_map=...)")
+            "first was the order of early Pallas releases), so BlockSpec(index_map, block_shape) fails this way; "
+            "swap them or name both (block_shape=..., index_map=...)")
 
 
 def _timeout(m: re.Match, chip) -> str:

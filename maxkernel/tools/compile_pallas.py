@@ -60,8 +60,7 @@ def _lint(source: str | None) -> list[dict]:
 
 def _with_source(raw: dict, source: str | None, findings: list[dict]) -> dict:
     """The job's record seen with the kernel's source (read here, in the parent, from the user's file): a failure
-    the job could not name gets the hint its text and the source give (with the line); a kernel with no
-    pallas_call because interpret=True turned it into XLA's own program is told that, not to write a kernel."""
+    the job could not name, or named without a line, gets the hint its text and the source give (with the line)."""
     from maxkernel.harness.hints import diagnose
 
     raw = dict(raw)
@@ -69,10 +68,6 @@ def _with_source(raw: dict, source: str | None, findings: list[dict]) -> dict:
         found = diagnose(raw["error"], raw.get("chip"), source)
         if found is not None and (not raw.get("hint_family") or (found.family == raw["hint_family"] and found.line)):
             raw.update(hint=found.hint + (f" (line {found.line})" if found.line else ""), hint_family=found.family)
-    left_in = next((f for f in findings if f["family"] == "interpret_left_in"), None)
-    if left_in and raw.get("ok") and raw.get("pallas_calls") == 0:
-        raw = {**raw, "ok": False, "stage": "no_pallas", "error": _NO_PALLAS, "hint": left_in["hint"],
-               "hint_family": "interpret_left_in"}
     raw["lint"] = findings
     return raw
 
