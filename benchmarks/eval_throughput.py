@@ -5,7 +5,9 @@ Overhead = an evaluation's wall time minus the candidate's own compile and runs 
 (what the harness adds: sandbox hand-offs, the judge's references, calibration and census of the TPU lowering,
 the candidate's second trace and TPU lowering, output hashing, comparison). Since verdict v2 every evaluation
 draws fresh seeds, so references are computed every time (two sandboxed jobs per verdict); before it they were
-cached after the first evaluation of a task. benchmarks/results/verdict_v2_overhead_*.json keep both.
+cached after the first evaluation of a task. benchmarks/results/verdict_v2_overhead_*.json keep both. Since the
+persistent judge (harness/judge_service.py) the judge's job runs on a long-lived judge; MAXKERNEL_PERSISTENT_JUDGE=false
+starts a fresh one per verdict as before (benchmarks/results/persistent_judge_back_to_back.json keeps both).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--evals", type=int, default=20)
     ap.add_argument("--parallel", type=int, default=1)
-    ap.add_argument("--pool", type=int, default=2, help="pre-started workers (an evaluation takes two)")
+    ap.add_argument("--pool", type=int, default=2, help="pre-started candidate workers (an evaluation takes one, two without a persistent judge)")
     ap.add_argument("--idle", type=float, default=0.0,
                     help="seconds between evaluations (as an agent's think time): the pool's replacement workers "
                          "start in it, so each verdict is timed on a warm pool")
@@ -52,11 +54,13 @@ def main() -> int:
 
             verdicts = list(pool.map(one, jobs))
         wall = time.monotonic() - t0
+        judges = ev.judges.started if ev.judges is not None else None
     statuses = sorted({v.status for v in verdicts + warm})
     over = [v.overhead_s for v in verdicts if v.overhead_s is not None]
     own = [v.wall_s - v.overhead_s for v in verdicts if v.overhead_s is not None]
     report = {
         "evals": len(verdicts), "parallel": args.parallel, "pool": args.pool, "statuses": statuses,
+        "persistent_judge": ev.judges is not None, "judges_started": judges,
         "idle_s": args.idle,
         "evals_per_minute": round(60 * len(verdicts) / (wall - args.idle * len(verdicts) / args.parallel), 2),
         "first_round_s_with_references": round(warm_s, 2),

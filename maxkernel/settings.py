@@ -27,7 +27,12 @@ class Settings(BaseSettings):
     eval_timeout_s: float = Field(default=300.0, gt=0, description="Wall-clock limit for one candidate run.")
     eval_memory_mb: int = Field(default=6144, ge=2048, description="Address-space limit of a candidate process.")
     pool_size: int = Field(default=2, ge=0, description="Pre-started sandboxed workers kept warm by long-lived callers "
-                           "(an evaluation takes two: the candidate's and the judge's).")
+                           "(an evaluation takes one for the candidate, and one for the judge when the judge is not "
+                           "persistent).")
+    persistent_judge: bool = Field(default=True, description="The judge's side of a verdict (inputs, references, the "
+                                   "baseline's timing, the census) runs on long-lived sandboxed judge workers that keep "
+                                   "JAX imported; false starts a fresh judge for every verdict. The candidate's worker "
+                                   "is fresh for every verdict either way.")
     debug: bool = Field(default=False, description="Print tracebacks for internal errors of the CLI.")
 
     # Models: "replay" (offline), any gemini-* name (API key or Vertex AI), or a LiteLLM "provider/model" string.

@@ -17,6 +17,7 @@ from maxkernel.harness.copyout import CopyOutError, open_regular, read_bytes
 from maxkernel.harness.guard import jobs_guarded
 from maxkernel.harness.integrity import Census, judge, judge_lowering, lowering_disagrees
 from maxkernel.harness.judge_pair import JudgePair
+from maxkernel.harness.judge_service import JudgeService
 from maxkernel.harness.numerics import compare, fro_tolerance
 from maxkernel.harness.reference_job import MAX_LOWERED_BYTES
 from maxkernel.harness.sandbox import SandboxResult, WorkerPool
@@ -64,12 +65,15 @@ class Evaluator:
         self.settings = get_settings()
         self._own_pool = pool is None
         self.pool = pool or WorkerPool()
+        self.judges = JudgeService(self.pool) if self.settings.persistent_judge else None
         self.static_check = static_check
         self.watch = watch
         self.guard = guard
         self._meta: dict = {}
 
     def close(self) -> None:
+        if self.judges is not None:
+            self.judges.close()
         if self._own_pool:
             self.pool.close()
 
@@ -84,7 +88,7 @@ class Evaluator:
         """The judge's job on its own (no candidate beside it): the task's metadata and references."""
         spec, task_files = task.for_job()
         job = {"kind": "reference", "task": spec, "size": size, "seeds": seeds, "reps": 0}
-        res = self.pool.run(job, dict(task_files))
+        res = (self.judges or self.pool).run(job, dict(task_files))
         if res.status != "ok" or (res.result or {}).get("status") != "ok":
             detail = (res.result or {}).get("error") or res.stderr_tail[-1500:]
             res.cleanup()
@@ -185,7 +189,7 @@ class Evaluator:
                "fingerprint_chip": self.settings.chip}
         judge_job = {"kind": "reference", "task": spec, "size": size, "seeds": drawn, "reps": reps,
                      "time_budget_s": 2.0, "wait": True, "check": check, "timing_seeds": timing_seeds}
-        pair = JudgePair(self.pool)
+        pair = JudgePair(self.pool, self.judges)
         t_sub = time.monotonic()
         pair.start("judge", judge_job, dict(task_files), None)
         pair.start("candidate", job, {"kernel.py": source, **task_files}, timeout or self.settings.eval_timeout_s)
@@ -194,16 +198,23 @@ class Evaluator:
             res = pair.finish("candidate")
             window = (t_sub, time.monotonic())
             verdict = self._early(res, base)
+            if verdict is not None and res.status == "timeout" and not pair.inputs_made:
+                # It was still waiting for inputs the judge never made: the judge hung, not the candidate.
+                verdict = Verdict(**base, status="error", stage="judge",
+                                  reason=f"the judge made no inputs within the candidate's {res.wall_s:.0f} s: no "
+                                         "verdict on the kernel; the next verdict gets a fresh judge")
+            lowered = None
             if verdict is None:
-                pair.release_judge(time_it=reps > 0, lowered=self._lowered(res))
+                lowered = self._lowered(res)
+                pair.release_judge(time_it=reps > 0, lowered=lowered)
             else:
                 pair.abandon("judge")  # nothing of the judge's is needed for an import error or a crash
             if verdict is None or not ready:
                 ref = pair.finish("judge")
                 if not ready or ref.status != "ok" or (ref.result or {}).get("status") != "ok":
-                    detail = (ref.result or {}).get("error") or ref.stderr_tail[-1500:]
-                    raise HarnessError(f"reference for {task.name} ({size}) failed: {ref.status}: {detail}")
-                verdict = self._guarded(res, ref, window, base)
+                    verdict = _judge_failed(ref, base, f"{task.name} ({size})", read_lowering=lowered is not None)
+                else:
+                    verdict = self._guarded(res, ref, window, base)
             elif _interpreter_failure(verdict, res.result):
                 verdict = self._unverifiable(verdict, task, size, source, task_files, tunables)
         finally:
@@ -474,6 +485,20 @@ class Evaluator:
 
 
 ROOFLINE_CLAIM = 0.95  # an estimate this close to its floor, on a task whose XLA program stays well short of it
+
+
+def _judge_failed(ref: SandboxResult, base: dict, what: str, *, read_lowering: bool) -> Verdict:
+    """The verdict when the judge's job failed: the judge died while reading the candidate's TPU lowering
+    (`rejected`: that text is the candidate's), or it failed on its own (`error`: no verdict on the kernel). Either
+    way the judge that failed serves no later verdict."""
+    detail = str((ref.result or {}).get("error") or ref.stderr_tail[-1500:])
+    if read_lowering and ref.status == "crashed":
+        return Verdict(**base, status="rejected", stage="census",
+                       reason="the judge died while reading this kernel's TPU lowering (a lowering that crashes the "
+                              "census is refused, not judged)", detail=detail[-2000:])
+    return Verdict(**base, status="error", stage="judge",
+                   reason=f"the judge's job for {what} failed ({ref.status}): no verdict on the kernel; the next "
+                          "verdict gets a fresh judge", detail=detail[-2000:])
 
 
 def _with_estimate(verdict: Verdict, est) -> Verdict:

@@ -30,12 +30,14 @@ class JudgePair:
     judge time the baseline (never while the candidate runs) and census the candidate's TPU lowering.
     """
 
-    def __init__(self, pool: WorkerPool):
+    def __init__(self, pool: WorkerPool, judge=None):
         self.pool = pool
+        self.judge = judge  # what runs the judge's job: a persistent judge (JudgeService), else the pool
         self.workers: dict = {}
         self.results: dict[str, Any] = {}
         self.started = {"judge": threading.Event(), "candidate": threading.Event()}
         self.threads: dict[str, threading.Thread] = {}
+        self.inputs_made = False  # whether the judge made the inputs (a candidate timed out waiting is not at fault)
 
     def start(self, name: str, job: dict, files: dict, timeout: float | None) -> None:
         def on_start(worker) -> None:
@@ -44,7 +46,8 @@ class JudgePair:
 
         def body() -> None:
             try:
-                self.results[name] = self.pool.run(job, files, timeout, on_start=on_start, refill=False)
+                runner = self.judge if name == "judge" and self.judge is not None else self.pool
+                self.results[name] = runner.run(job, files, timeout, on_start=on_start, refill=False)
             except BaseException as exc:  # noqa: BLE001  (re-raised by finish, in the caller's thread)
                 self.results[name] = exc
             finally:
@@ -74,6 +77,7 @@ class JudgePair:
 
         if not wait(handoff.INPUTS_MADE):
             return self._stop_candidate(judge_alive)
+        self.inputs_made = True
         try:  # into the candidate's scratch, which it may have filled or littered: any failure stops it
             _copy(judge, cand, [f"inputs_{i}.npz" for i in range(n)] + (["check_inputs.npz"] if check else []))
             handoff.post(cand, handoff.INPUTS_READY, {})

@@ -13,6 +13,20 @@ AUDIT_TIMEOUT_S = 90.0  # honest modules take milliseconds unloaded; a hostile n
 
 
 def run(job: dict, scratch: Path) -> dict:
+    """The judge's job (below); a check size injected into the task's module is taken out again afterwards, so a
+    persistent judge's next job sees the task as shipped (harness/judge_service.py)."""
+    from maxkernel.harness.checksize import injected
+    from maxkernel.tasks import load_task
+
+    task = load_task(job["task"])
+    check = job.get("check")
+    if not check:
+        return _run(job, scratch, task)
+    with injected(task, check["size"], check["dims"]):
+        return _run(job, scratch, task)
+
+
+def _run(job: dict, scratch: Path, task) -> dict:
     """job: {task, size, seeds, reps, time_budget_s, check?, timing_seeds?}. Writes inputs_<i>.npz and ref_<i>.npz
     (and for the drawn check size {size, dims, seed} check_inputs.npz and check_ref.npz; for every timing seed
     timing_inputs_<j>.npz and timing_ref_<j>.npz), posts JUDGE_READY with the task's metadata, then (when the job
@@ -26,15 +40,9 @@ def run(job: dict, scratch: Path) -> dict:
     from maxkernel.harness.handoff import INPUTS_MADE, JUDGE_GO, JUDGE_READY, post, wait_for
     from maxkernel.harness.integrity import census
     from maxkernel.harness.numerics import errors, reference_outputs
-    from maxkernel.tasks import load_task
 
-    from maxkernel.harness.checksize import inject
-
-    task = load_task(job["task"])
     size, seeds = job["size"], list(job["seeds"])
     check, timing_seeds = job.get("check"), [int(s) for s in job.get("timing_seeds") or []]
-    if check:
-        inject(task.module, check["size"], check["dims"])
     # One program for every seed: op-by-op random draws compile dozens of tiny programs (3-4 s at smoke size).
     drawn = jax.jit(lambda: [task.create_inputs(size=size, seed=s) for s in seeds + timing_seeds])()
     drawn = [tuple(x) for x in drawn]

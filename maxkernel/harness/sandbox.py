@@ -27,7 +27,7 @@ from maxkernel.harness.copyout import CopyOutError, read_json
 from maxkernel.harness.seccomp import filter_fd
 from maxkernel.settings import get_settings
 
-__all__ = ["SandboxResult", "Worker", "WorkerPool", "isolation_mode", "run_job"]
+__all__ = ["SandboxResult", "Worker", "WorkerPool", "copy_files", "isolation_mode", "run_job"]
 
 # The environment a job gets, by exact name: what the interpreter, JAX and the devices need. Anything else
 # reaches a job only when the user names it in MAXKERNEL_SANDBOX_ENV (listed in every verdict).
@@ -278,7 +278,8 @@ class Worker:
     cancel_scope: "cancel.CancelScope | None" = field(default=None, repr=False, compare=False)  # the call it serves
 
     @classmethod
-    def start(cls, root: Path, memory_mb: int | None = None, warm_compiler: str | None = None) -> "Worker":
+    def start(cls, root: Path, memory_mb: int | None = None, warm_compiler: str | None = None,
+              serve: bool = False) -> "Worker":
         scope = cancel.current()
         if scope is not None:
             scope.check()  # a cancelled call starts nothing more
@@ -291,6 +292,8 @@ class Worker:
         cmd = [sys.executable, "-P", "-m", "maxkernel.harness.worker", str(scratch)]
         if warm_compiler:
             cmd.append(f"--warm-compiler={warm_compiler}")
+        if serve:
+            cmd.append("--serve")
         seccomp_fd = filter_fd() if mode == "bwrap" else None
         if mode == "bwrap":
             cmd = _bwrap_prefix(scratch, seccomp_fd) + cmd + ["--isolated"]
@@ -447,6 +450,12 @@ class WorkerPool:
         ctx = contextvars.copy_context()
         return self._spawner.submit(ctx.run, Worker.start, self.root, self.memory_mb, self.warm_compiler).result()
 
+    def start_serving_worker(self) -> "Worker":
+        """A worker that serves many judge jobs (harness/judge_service.py), started from the pool's thread like
+        the others but in no call's cancel scope: it outlives the call that first needed it."""
+        ctx = contextvars.Context()
+        return self._spawner.submit(ctx.run, Worker.start, self.root, self.memory_mb, None, True).result()
+
     def _fill(self) -> None:
         with self._lock:
             while not self._closed and len(self._ready) < self.size:
@@ -493,13 +502,7 @@ class WorkerPool:
             # thread that started it exits): that is no verdict on the candidate, so start a fresh one.
             worker.discard()
             worker = self._start_worker()
-        for name, content in (files or {}).items():
-            dest = worker.scratch / name
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, Path):
-                _copy_in(content, dest)
-            else:
-                dest.write_bytes(content)
+        copy_files(worker.scratch, files or {})
         if on_start is not None:
             on_start(worker)
         return worker.submit(job, timeout or get_settings().eval_timeout_s)
@@ -514,6 +517,17 @@ class WorkerPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def copy_files(scratch: Path, files: dict[str, bytes | Path]) -> None:
+    """Files handed to a job, into its scratch folder (names may hold subfolders)."""
+    for name, content in files.items():
+        dest = scratch / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, Path):
+            _copy_in(content, dest)
+        else:
+            dest.write_bytes(content)
 
 
 def _copy_in(source: Path, dest: Path) -> None:

@@ -1,5 +1,6 @@
 """Entry point of a sandboxed child (a leaf: it imports no parent-side logic): check it holds no privilege, preload
-JAX, read one job from stdin, run it, write result.json, exit."""
+JAX, read one job from stdin, run it, write result.json, exit. With --serve it is a persistent judge instead: one
+judge job per line of stdin, each in its own subfolder (harness/judge_service.py)."""
 
 from __future__ import annotations
 
@@ -111,16 +112,59 @@ def privilege_problems() -> list[str]:
     return problems
 
 
+SERVED = ("reference",)  # the only kind a serving judge takes: the judge's side, never candidate code
+
+
+def _serve(scratch: Path) -> None:
+    """Serve judge jobs until stdin closes: one JSON line each, run in its own subfolder `dir` of the scratch
+    (made by the parent), its result.json written there. A job that leaves a thread behind (a census that overran
+    its bound) or fails in the worker itself ends the judge after its result: the next job gets a fresh one."""
+    import gc
+    import re
+    import threading
+
+    before = {t.ident for t in threading.enumerate()}
+    for line in sys.stdin.buffer:
+        job = json.loads(line or b"{}")
+        name = str(job.pop("dir", ""))
+        if not re.fullmatch(r"job-[0-9]{1,9}", name) or not (scratch / name).is_dir():
+            os._exit(3)  # the parent names a folder it made; anything else is not a parent speaking
+        folder = scratch / name
+        os.chdir(folder)  # a folder task's files are in the job's folder, as a single job's are in its scratch
+        try:
+            if job.get("kind") not in SERVED:
+                raise ValueError(f"a judge serves {', '.join(SERVED)} jobs only, not {job.get('kind')!r}")
+            result = importlib.import_module(HANDLERS[job["kind"]]).run(job, folder)
+        except BaseException as exc:  # noqa: BLE001  (a failure is this job's, reported like a single job's)
+            result = {"status": "error", "stage": "worker", "error": f"{type(exc).__name__}: {exc}",
+                      "traceback": traceback.format_exc()[-3000:]}
+        gc.collect()
+        left = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+        retire = bool(left) or result.get("stage") == "worker"
+        if retire:
+            result["judge_retiring"] = f"left running: {', '.join(left)}" if left else "failed in the worker"
+        os.chdir(scratch)
+        _write(folder, result)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if retire:
+            os._exit(0)
+    os._exit(0)
+
+
 def main() -> None:
     scratch = Path(sys.argv[1])
     sys.dont_write_bytecode = True  # no bytecode of the scratch's files: the audit hook checks sources, not caches
     if "--isolated" in sys.argv[2:]:
         problems = privilege_problems()
         if problems:  # checked before any job (and so any candidate code) runs
-            sys.stdin.buffer.read()
-            _write(scratch, {"status": "error", "stage": "sandbox",
-                             "error": "refused to run the candidate: the sandbox is privileged (" + ", ".join(problems)
-                                      + "); it must hold no capability and be unable to mount"})
+            serving = "--serve" in sys.argv[2:]
+            job = json.loads((sys.stdin.buffer.readline() if serving else sys.stdin.buffer.read()) or b"{}")
+            folder = scratch / str(job.get("dir", "")) if serving else scratch
+            _write(folder if folder.is_dir() else scratch,
+                   {"status": "error", "stage": "sandbox",
+                    "error": "refused to run the candidate: the sandbox is privileged (" + ", ".join(problems)
+                             + "); it must hold no capability and be unable to mount"})
             os._exit(0)
     _preload()
     for arg in sys.argv[2:]:
@@ -129,6 +173,8 @@ def main() -> None:
                 _preload_compiler(arg.split("=", 1)[1])
             except Exception:  # noqa: BLE001  (a failed warm-up only costs the job its first-compile time)
                 pass
+    if "--serve" in sys.argv[2:]:
+        _serve(scratch)
     job = json.loads(sys.stdin.buffer.read() or b"{}")
     try:
         handler = importlib.import_module(HANDLERS[job["kind"]])

@@ -1,0 +1,121 @@
+"""The persistent judge (harness/judge_service.py): one long-lived judge serves verdicts back to back; a judge that
+crashes or hangs mid-verdict costs that verdict only (an `error` verdict, never a wrong one), and the next verdict
+is judged right by a fresh judge. Candidate workers stay one per verdict."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import jaxbench
+from maxkernel.harness import reference_job
+from maxkernel.harness.checksize import CHECK_SIZE, draw
+from maxkernel.harness.evaluate import Evaluator
+from maxkernel.harness.sandbox import WorkerPool
+from maxkernel.tasks import load_task
+
+TASK = "12p_RMSNorm"
+KERNEL = jaxbench.task_dir(TASK) / "kernel.py"
+
+
+@pytest.fixture(scope="module")
+def ev():
+    with Evaluator(WorkerPool(size=1)) as ev:
+        yield ev
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and every process below it (bubblewrap puts the judge's Python in a session of its own)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    out, frontier = [pid], [pid]
+    while frontier:
+        frontier = [p for p, pp in parents.items() if pp in frontier]
+        out += frontier
+    return out
+
+
+def _when_the_next_job_starts(ev: Evaluator, signum: int) -> threading.Thread:
+    """Send `signum` to the idle judge's processes as soon as its next job's folder appears."""
+    [judge] = ev.judges._idle
+    folder, pid = judge.worker.scratch / f"job-{judge.jobs}", judge.worker.proc.pid
+
+    def watch():
+        deadline = time.monotonic() + 120
+        while not folder.exists() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        for p in _tree(pid):
+            os.kill(p, signum)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.unit
+def test_a_check_size_leaves_the_task_as_shipped(tmp_path):
+    """A persistent judge keeps task modules imported: the check size a job injects is taken out afterwards."""
+    task = load_task(TASK)
+    check = {**draw(task, "smoke"), "seed": 5}
+    sizes = dict(task.module.SIZES)
+    out = reference_job.run({"task": TASK, "size": "smoke", "seeds": [0], "reps": 0, "check": check}, tmp_path)
+    assert out["status"] == "ok" and out["meta"]["check"]["size"] == CHECK_SIZE
+    assert (tmp_path / "check_ref.npz").is_file()
+    assert task.module.SIZES == sizes and CHECK_SIZE not in task.module.SIZES
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_one_judge_serves_verdicts_back_to_back(ev, tmp_path):
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(KERNEL.read_text().replace("normed * scale_ref[...]", "normed * (scale_ref[...] + 0.25)"))
+    assert wrong.read_text() != KERNEL.read_text()
+    first = ev.evaluate(TASK, KERNEL, reps=2)
+    second = ev.evaluate(TASK, wrong, reps=0)
+    third = ev.evaluate(TASK, KERNEL, reps=0)
+    assert first.status == "correct" and first.baseline and first.baseline.samples_ms, first.reason
+    assert second.status == "incorrect", second.reason
+    assert third.status == "correct", third.reason
+    # Fresh seeds each time, from one judge that served all three.
+    assert len({tuple(v.correctness.seeds) for v in (first, second, third)}) == 3
+    assert ev.judges.started == 1 and ev.judges._idle[0].jobs == 3
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_judge_killed_mid_verdict_costs_that_verdict_only(ev):
+    ev.evaluate(TASK, KERNEL, reps=0)  # a judge is up and idle
+    started = ev.judges.started
+    killer = _when_the_next_job_starts(ev, signal.SIGKILL)
+    hit = ev.evaluate(TASK, KERNEL, reps=0)
+    killer.join()
+    assert hit.status == "error" and hit.stage == "judge", (hit.status, hit.stage, hit.reason)
+    after = ev.evaluate(TASK, KERNEL, reps=0)
+    assert after.status == "correct", after.reason
+    assert ev.judges.started == started + 1
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_judge_that_hangs_mid_verdict_costs_that_verdict_only(ev):
+    ev.evaluate(TASK, KERNEL, reps=0)
+    started = ev.judges.started
+    stopper = _when_the_next_job_starts(ev, signal.SIGSTOP)  # alive, holding its pipe, answering nothing
+    t0 = time.monotonic()
+    hit = ev.evaluate(TASK, KERNEL, reps=0, timeout=20)
+    stopper.join()
+    assert hit.status == "error" and hit.stage == "judge", (hit.status, hit.stage, hit.reason)
+    assert "made no inputs" in hit.reason and time.monotonic() - t0 < 90
+    after = ev.evaluate(TASK, KERNEL, reps=0)
+    assert after.status == "correct", after.reason
+    assert ev.judges.started == started + 1
