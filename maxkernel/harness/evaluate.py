@@ -19,7 +19,7 @@ from maxkernel.harness.integrity import Census, judge, judge_lowering, lowering_
 from maxkernel.harness.judge_pair import JudgePair
 from maxkernel.harness.judge_service import JudgeService
 from maxkernel.harness.numerics import compare, fro_tolerance
-from maxkernel.harness.reference_job import MAX_LOWERED_BYTES
+from maxkernel.harness.reference_job import AUDIT_TIMEOUT_S, MAX_LOWERED_BYTES
 from maxkernel.harness.sandbox import SandboxResult, WorkerPool
 from maxkernel.harness.library import library_kernels
 from maxkernel.harness.static_check import check_source
@@ -40,6 +40,9 @@ _GAP_MS = 1.0  # the loop's own cost per timed call (clock reads, list appends),
 # Samples cut by the forger's factor f leave 1 - 1/f, so anything claiming 2x or more is still caught; on a CPU the
 # wall time ranks nothing anyway (the TPU estimate does).
 _GAP_SHARE = 0.5
+
+
+JUDGE_MARGIN_S = AUDIT_TIMEOUT_S + 60.0  # the judge's time beyond the candidate's: the census's bound, timing
 
 
 class HarnessError(RuntimeError):
@@ -191,7 +194,9 @@ class Evaluator:
                      "time_budget_s": 2.0, "wait": True, "check": check, "timing_seeds": timing_seeds}
         pair = JudgePair(self.pool, self.judges)
         t_sub = time.monotonic()
-        pair.start("judge", judge_job, dict(task_files), None)
+        # The judge outlives the candidate by the baseline's timing and the census's bound, and no more: a judge
+        # that hangs costs the verdict that long (an error verdict), never the caller's whole wait.
+        pair.start("judge", judge_job, dict(task_files), (timeout or self.settings.eval_timeout_s) + JUDGE_MARGIN_S)
         pair.start("candidate", job, {"kernel.py": source, **task_files}, timeout or self.settings.eval_timeout_s)
         try:
             ready = pair.hand_inputs(len(drawn), check=bool(check), timing=len(timing_seeds))
@@ -199,10 +204,9 @@ class Evaluator:
             window = (t_sub, time.monotonic())
             verdict = self._early(res, base)
             if verdict is not None and res.status == "timeout" and not pair.inputs_made:
-                # It was still waiting for inputs the judge never made: the judge hung, not the candidate.
-                verdict = Verdict(**base, status="error", stage="judge",
-                                  reason=f"the judge made no inputs within the candidate's {res.wall_s:.0f} s: no "
-                                         "verdict on the kernel; the next verdict gets a fresh judge")
+                # A candidate stuck before its inputs and a judge too slow to make them look the same from here.
+                verdict = verdict.model_copy(update={"reason": verdict.reason + " (the judge had not made its inputs "
+                                                     "either: its job was ended too)"})
             lowered = None
             if verdict is None:
                 lowered = self._lowered(res)

@@ -1,5 +1,6 @@
-"""The candidate's job and the judge's job run side by side in two workers of one pool, handing over through
-their scratch folders (harness/handoff.py)."""
+"""The candidate's job and the judge's job run side by side, the candidate in a fresh worker of the pool and the
+judge on a persistent judge (harness/judge_service.py) or a fresh worker too, handing over through their scratch
+folders (harness/handoff.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def _copy(src_dir: Path, dst_dir: Path, names: list[str]) -> None:
 
 
 class JudgePair:
-    """The candidate's job and the judge's job, run side by side in two workers of one pool.
+    """The candidate's job and the judge's job, run side by side (the judge's on `judge` when given, else the pool).
 
     The judge makes the inputs and references while the candidate imports and compiles; the parent then copies the
     inputs across (the candidate never sees a seed), waits for the candidate to finish, and only then lets the

@@ -45,14 +45,14 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def _when_the_next_job_starts(ev: Evaluator, signum: int) -> threading.Thread:
-    """Send `signum` to the idle judge's processes as soon as its next job's folder appears."""
+def _when_the_next_job_starts(ev: Evaluator, signum: int, at: str = "") -> threading.Thread:
+    """Send `signum` to the idle judge's processes as soon as its next job's folder (or file `at` in it) appears."""
     [judge] = ev.judges._idle
     folder, pid = judge.worker.scratch / f"job-{judge.jobs}", judge.worker.proc.pid
 
     def watch():
         deadline = time.monotonic() + 120
-        while not folder.exists() and time.monotonic() < deadline:
+        while not (folder / at).exists() and time.monotonic() < deadline:
             time.sleep(0.002)
         for p in _tree(pid):
             os.kill(p, signum)
@@ -107,15 +107,37 @@ def test_a_judge_killed_mid_verdict_costs_that_verdict_only(ev):
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_a_judge_that_hangs_mid_verdict_costs_that_verdict_only(ev):
+def test_a_judge_that_hangs_mid_verdict_costs_that_verdict_only(ev, monkeypatch):
+    """Stopped once it has made the inputs (alive, holding its pipe, answering nothing): the candidate runs, the
+    judge never brings its references, and the verdict ends at the judge's bound with an error."""
+    from maxkernel.harness import evaluate
+
+    monkeypatch.setattr(evaluate, "JUDGE_MARGIN_S", 5.0)  # the judge's bound: the candidate's 20 s and 5 more
     ev.evaluate(TASK, KERNEL, reps=0)
     started = ev.judges.started
-    stopper = _when_the_next_job_starts(ev, signal.SIGSTOP)  # alive, holding its pipe, answering nothing
+    stopper = _when_the_next_job_starts(ev, signal.SIGSTOP, at="inputs.made.json")
     t0 = time.monotonic()
     hit = ev.evaluate(TASK, KERNEL, reps=0, timeout=20)
     stopper.join()
     assert hit.status == "error" and hit.stage == "judge", (hit.status, hit.stage, hit.reason)
-    assert "made no inputs" in hit.reason and time.monotonic() - t0 < 90
+    assert "(timeout)" in hit.reason and 20 <= time.monotonic() - t0 < 90
     after = ev.evaluate(TASK, KERNEL, reps=0)
     assert after.status == "correct", after.reason
     assert ev.judges.started == started + 1
+
+
+@pytest.mark.unit
+def test_what_a_failed_judge_makes_of_the_verdict():
+    """Died reading the candidate's lowering: the lowering is the candidate's, refused. Any other failure: no verdict
+    on the kernel (error), never correct or incorrect."""
+    from maxkernel.harness.evaluate import _judge_failed
+    from maxkernel.harness.sandbox import SandboxResult
+
+    base = {"task": TASK, "kernel_file": "kernel.py", "size": "smoke", "isolation": "bwrap"}
+    crashed = SandboxResult("crashed", None, -9, "Segmentation fault", 3.0, "bwrap")
+    hung = SandboxResult("timeout", None, -9, "", 300.0, "bwrap")
+    refused = _judge_failed(crashed, base, "12p (smoke)", read_lowering=True)
+    assert refused.status == "rejected" and refused.stage == "census" and "Segmentation" in refused.detail
+    for res, lowering in ((crashed, False), (hung, True), (hung, False)):
+        v = _judge_failed(res, base, "12p (smoke)", read_lowering=lowering)
+        assert v.status == "error" and v.stage == "judge" and res.status in v.reason
