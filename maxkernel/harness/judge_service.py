@@ -105,6 +105,15 @@ class JudgeService:
         self._closed = False
         self.started = 0  # judges started so far (tests and benchmarks read it)
         self._finalizer = weakref.finalize(self, _kill_all, self._all)
+        if pool.size > 0:  # a pool that pre-starts its workers gets its first judge started too (it imports meanwhile)
+            self._idle.append(self._start())
+
+    def _start(self) -> _Judge:
+        judge = _Judge(self.pool.start_serving_worker())
+        with self._lock:
+            self._all.append(judge)
+            self.started += 1
+        return judge
 
     def _take(self) -> _Judge:
         with self._lock:
@@ -114,11 +123,7 @@ class JudgeService:
                     return judge
                 judge.retired = True
                 self._drop_locked(judge)
-        judge = _Judge(self.pool.start_serving_worker())
-        with self._lock:
-            self._all.append(judge)
-            self.started += 1
-        return judge
+        return self._start()
 
     def _drop_locked(self, judge: _Judge) -> None:
         judge.worker.discard()
