@@ -18,8 +18,7 @@ import weakref
 from pathlib import Path
 
 from maxkernel.harness import cancel
-from maxkernel.harness.copyout import CopyOutError, read_json
-from maxkernel.harness.sandbox import SandboxResult, Worker, WorkerPool, copy_files
+from maxkernel.harness.sandbox import SandboxResult, Worker, WorkerPool, copy_files, read_result
 from maxkernel.settings import get_settings
 
 __all__ = ["JudgeService", "JudgeJob", "MAX_JOBS", "JOB_DIR"]
@@ -192,19 +191,7 @@ class JudgeService:
                 handle.discard()
                 scope.check()
             scope.event(f"judge job {job['kind']} finished in {wall:.1f} s")
-        result = None
-        if status == "ok":
-            try:
-                result = read_json(scratch, "result.json")
-            except CopyOutError as exc:
-                status, result = "error", {"status": "error", "stage": "sandbox",
-                                           "error": f"the judge's result was refused: {exc}"}
-            else:
-                if not isinstance(result, dict):
-                    status, result = "error", {"status": "error", "stage": "sandbox",
-                                               "error": "the judge's result.json is not a JSON object"}
-                elif result.get("status") == "error" and result.get("stage") in ("worker", "sandbox"):
-                    status = "error"
+        status, result = read_result(scratch, "judge") if status == "ok" else (status, None)
         if status == "ok" and not result.get("judge_retiring"):
             self._give_back(judge)
         else:

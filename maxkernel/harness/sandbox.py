@@ -27,7 +27,7 @@ from maxkernel.harness.copyout import CopyOutError, read_json
 from maxkernel.harness.seccomp import filter_fd
 from maxkernel.settings import get_settings
 
-__all__ = ["SandboxResult", "Worker", "WorkerPool", "copy_files", "isolation_mode", "run_job"]
+__all__ = ["SandboxResult", "Worker", "WorkerPool", "copy_files", "isolation_mode", "read_result", "run_job"]
 
 # The environment a job gets, by exact name: what the interpreter, JAX and the devices need. Anything else
 # reaches a job only when the user names it in MAXKERNEL_SANDBOX_ENV (listed in every verdict).
@@ -230,6 +230,22 @@ def _sweep_cgroups(root: Path) -> None:
             pass
 
 
+def read_result(scratch: Path, who: str) -> tuple[str, dict | None]:
+    """(status, result) of a job that ended in time, from the result.json in `scratch`: ok; crashed when it wrote
+    none; error when it was refused (a link, too large, not JSON), is not an object, or is the worker's own error."""
+    try:
+        result = read_json(scratch, "result.json")
+    except CopyOutError as exc:
+        if (scratch / "result.json").exists() or (scratch / "result.json").is_symlink():
+            return "error", {"status": "error", "stage": "sandbox", "error": f"the {who}'s result was refused: {exc}"}
+        return "crashed", None
+    if not isinstance(result, dict):
+        return "error", {"status": "error", "stage": "sandbox", "error": f"the {who}'s result.json is not a JSON object"}
+    if result.get("status") == "error" and result.get("stage") in ("worker", "sandbox"):
+        return "error", result
+    return "ok", result
+
+
 def _pids_hit(cg: Path | None) -> bool:
     """Whether a fork in the cgroup was refused at its limit."""
     if cg is None:
@@ -348,22 +364,7 @@ class Worker:
                 self.discard()
                 scope.check()
             scope.event(f"sandboxed job {job.get('kind', '?')} finished in {wall:.1f} s")
-        result = None
-        if status == "ok":
-            try:
-                result = read_json(self.scratch, "result.json")
-            except CopyOutError as exc:
-                if (self.scratch / "result.json").exists() or (self.scratch / "result.json").is_symlink():
-                    status, result = "error", {"status": "error", "stage": "sandbox",
-                                               "error": f"the job's result was refused: {exc}"}
-                else:
-                    status = "crashed"
-            else:
-                if not isinstance(result, dict):
-                    status, result = "error", {"status": "error", "stage": "sandbox",
-                                               "error": "the job's result.json is not a JSON object"}
-                elif result.get("status") == "error" and result.get("stage") in ("worker", "sandbox"):
-                    status = "error"
+        status, result = read_result(self.scratch, "job") if status == "ok" else (status, None)
         limits = ["pids"] if _pids_hit(self.cgroup) else []
         if self.scratch_mb is not None and _scratch_full(self.scratch):
             limits.append("scratch")
