@@ -38,7 +38,7 @@ class JudgePair:
         self.results: dict[str, Any] = {}
         self.started = {"judge": threading.Event(), "candidate": threading.Event()}
         self.threads: dict[str, threading.Thread] = {}
-        self.inputs_made = False  # whether the judge made the inputs (a candidate timed out waiting is not at fault)
+        self.inputs_made = False  # whether the judge made the inputs (a timeout's reason says when it had not)
 
     def start(self, name: str, job: dict, files: dict, timeout: float | None) -> None:
         def on_start(worker) -> None:

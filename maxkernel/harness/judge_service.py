@@ -10,7 +10,6 @@ verdict and fresh (harness/sandbox.py's pool).
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import threading
 import time
@@ -21,10 +20,9 @@ from maxkernel.harness import cancel
 from maxkernel.harness.sandbox import SandboxResult, Worker, WorkerPool, copy_files, read_result
 from maxkernel.settings import get_settings
 
-__all__ = ["JudgeService", "JudgeJob", "MAX_JOBS", "JOB_DIR"]
+__all__ = ["JudgeService", "JudgeJob", "MAX_JOBS"]
 
 MAX_JOBS = 200  # a judge retires after this many jobs: whatever JAX caches grow by stays bounded
-JOB_DIR = re.compile(r"^job-[0-9]{1,9}$")  # the only folder names a judge accepts for a job
 _POLL_S = 0.005
 
 
@@ -159,14 +157,19 @@ class JudgeService:
         judge = self._take()
         scratch = judge.worker.scratch / f"job-{judge.jobs}"
         judge.jobs += 1
-        scratch.mkdir()
-        copy_files(scratch, files or {})
         handle = JudgeJob(self, judge, scratch, _log_size(judge.worker))
-        if scope is not None:
-            scope.adopt(handle)  # a cancel kills the judge serving the call (and raises here if already cancelled)
-            scope.event(f"judge job {job['kind']} started")
-        if on_start is not None:
-            on_start(handle)
+        try:
+            scratch.mkdir()
+            copy_files(scratch, files or {})
+            if scope is not None:
+                scope.adopt(handle)  # a cancel kills the judge serving the call (raises here if already cancelled)
+                scope.event(f"judge job {job['kind']} started")
+            if on_start is not None:
+                on_start(handle)
+        except BaseException:  # a file that would not copy, a cancel: the judge taken for it serves nothing more
+            self.retire(judge)
+            handle.discard()
+            raise
         t0 = time.monotonic()
         deadline = t0 + (timeout or get_settings().eval_timeout_s)
         status = "ok"

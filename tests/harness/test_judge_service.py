@@ -141,3 +141,26 @@ def test_what_a_failed_judge_makes_of_the_verdict():
     for res, lowering in ((crashed, False), (hung, True), (hung, False)):
         v = _judge_failed(res, base, "12p (smoke)", read_lowering=lowering)
         assert v.status == "error" and v.stage == "judge" and res.status in v.reason
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_job_that_cannot_start_costs_its_judge_not_the_next_verdict(ev, monkeypatch):
+    """A file that will not copy into the job's folder: the call fails, the judge it took is retired (not left
+    busy, never idle again), and the next verdict is judged by a fresh judge."""
+    from maxkernel.harness import judge_service
+
+    ev.evaluate(TASK, KERNEL, reps=0)
+    started = ev.judges.started
+    [judge] = ev.judges._idle
+
+    def no_room(scratch, files):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(judge_service, "copy_files", no_room)
+    with pytest.raises(OSError):
+        ev.judges.run({"kind": "reference", "task": TASK, "size": "smoke", "seeds": [0], "reps": 0}, timeout=60)
+    monkeypatch.undo()
+    assert judge.retired and not judge.alive() and ev.judges._idle == [] and judge not in ev.judges._all
+    assert ev.evaluate(TASK, KERNEL, reps=0).status == "correct"
+    assert ev.judges.started == started + 1
