@@ -1,6 +1,6 @@
 """The port and the Pallas optimisation chained in one command (`maxkernel port ... --optimize`): the porter's
-recorded rounds, the harness's equivalence check, the task folder, then the autonomous loop on it, both verdicts
-reported."""
+recorded rounds (the first port is wrong and goes back with where it differs), the harness's equivalence check, the
+task folder the harness judges, then the autonomous loop on it, both verdicts reported."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from _extras import need_module
 
 SOURCES = Path(__file__).parent / "port" / "sources"
+KERNELS = Path(__file__).parents[1] / "maxkernel" / "agents" / "replay" / "kernels"
 RMSNORM = ["--arg", "bf16[T=4096,H=2048]", "--init", "dim=H"]
 
 
@@ -34,8 +35,13 @@ def test_port_then_optimize_reports_both_verdicts(tmp_path):
              "replay", "--out", str(out), "--optimize", "--seeds", "2", "--json")
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)
-    assert doc["equivalent"] and doc["task"]["ok"]
+    assert doc["equivalent"] and doc["task"]["ok"] and doc["agent"]
     assert len(doc["port"]["seeds"]) == 2  # --seeds reaches the harness's check in the agent path too
+    # The recorded first port is wrong; the harness's check sent it back with where it differs.
+    assert doc["port"]["rounds"] == 2
+    assert "Harness check, round 1: NOT EQUIVALENT" in r.stderr and "worst at" in r.stderr
+    record = json.loads((out / "port" / "equivalence.json").read_text())
+    assert record["report"]["equivalent"] and record["spec"]["name"] == doc["name"]
     assert doc["optimize"]["status"] == "correct" and doc["optimize"]["verdict"]["status"] == "correct"
     # The optimised kernel lands in the task folder, and the summary says its path, verdict and TPU estimate.
     kernel = (out / "kernel.py").resolve()
@@ -43,6 +49,14 @@ def test_port_then_optimize_reports_both_verdicts(tmp_path):
     assert "EQUIVALENT" in doc["summary"], doc["summary"]
     assert f"Pallas kernel: returned kernel {kernel}: held-out verdict CORRECT; " in doc["summary"], doc["summary"]
     assert "TPU estimate on v5e" in doc["summary"] or "no TPU estimate" in doc["summary"], doc["summary"]
+    # The task folder is a task the harness judges: a Pallas kernel for it is correct, a wrong one is not.
+    from maxkernel.harness.evaluate import evaluate
+
+    good = evaluate(str(out), KERNELS / "port_rmsnorm_module_pallas.py", size="smoke", estimate=False)
+    assert good.status == "correct", good.reason
+    bad = tmp_path / "bad.py"
+    bad.write_text((KERNELS / "port_rmsnorm_module_pallas.py").read_text().replace("* w_ref[...]", "* (1 + w_ref[...])"))
+    assert evaluate(str(out), bad, size="smoke", estimate=False).status == "incorrect"
 
 
 @pytest.mark.integration

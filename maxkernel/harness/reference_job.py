@@ -43,15 +43,16 @@ def _run(job: dict, scratch: Path, task) -> dict:
 
     size, seeds = job["size"], list(job["seeds"])
     check, timing_seeds = job.get("check"), [int(s) for s in job.get("timing_seeds") or []]
-    # One program for every seed: op-by-op random draws compile dozens of tiny programs (3-4 s at smoke size).
-    drawn = jax.jit(lambda: [task.create_inputs(size=size, seed=s) for s in seeds + timing_seeds])()
-    drawn = [tuple(x) for x in drawn]
+    # Drawn op by op, as a person calling create_inputs gets them (a jitted draw fuses and can differ in the last
+    # bit). Each op compiles once per shape, so a persistent judge's next verdict draws its fresh seeds at no
+    # compile cost (8 draws of 12p_RMSNorm at smoke: 2.7 s of CPU cold either way; warm 0.02 s, jitted 3.1 s).
+    drawn = [tuple(task.create_inputs(size=size, seed=s)) for s in seeds + timing_seeds]
     all_inputs, timing_inputs = drawn[:len(seeds)], drawn[len(seeds):]
     for i, inputs in enumerate(all_inputs):
         save_arrays(scratch / f"inputs_{i}.npz", [np.asarray(x) for x in inputs])
     check_inputs = None
     if check:
-        check_inputs = tuple(jax.jit(lambda: task.create_inputs(size=check["size"], seed=int(check["seed"])))())
+        check_inputs = tuple(task.create_inputs(size=check["size"], seed=int(check["seed"])))
         save_arrays(scratch / "check_inputs.npz", [np.asarray(x) for x in check_inputs])
     for j, inputs in enumerate(timing_inputs):
         save_arrays(scratch / f"timing_inputs_{j}.npz", [np.asarray(x) for x in inputs])

@@ -27,7 +27,9 @@ HANDLERS = {
 }
 
 
-def _preload() -> None:
+def _preload(interpreter: bool = True) -> None:
+    """Import what every job needs; with `interpreter`, also pay the TPU interpreter's set-up. A compile worker
+    (--warm-compiler) and the judge (--serve) never run a kernel in it: they skip it (about 1 s of CPU each)."""
     import jax
     import jax.numpy  # noqa: F401
     from jax.experimental import pallas  # noqa: F401
@@ -36,7 +38,7 @@ def _preload() -> None:
     import maxkernel.harness.candidate_job  # noqa: F401
     import maxkernel.harness.reference_job  # noqa: F401
 
-    if jax.default_backend() == "cpu":
+    if interpreter and jax.default_backend() == "cpu":
         _warm_interpreter()
     _warm_hints()
 
@@ -166,7 +168,7 @@ def main() -> None:
                     "error": "refused to run the candidate: the sandbox is privileged (" + ", ".join(problems)
                              + "); it must hold no capability and be unable to mount"})
             os._exit(0)
-    _preload()
+    _preload(interpreter=not any(a == "--serve" or a.startswith("--warm-compiler=") for a in sys.argv[2:]))
     for arg in sys.argv[2:]:
         if arg.startswith("--warm-compiler="):
             try:

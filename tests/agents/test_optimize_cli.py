@@ -2,24 +2,32 @@
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from _optimize_helpers import agent_env, in_process, mk
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
 @pytest.fixture(scope="module")
 def replay_run(tmp_path_factory):
-    """One optimize run on 12p_RMSNorm (smoke) with the replay model, copying the answer to --out."""
+    """One optimize run on 12p_RMSNorm with the replay model, as a newcomer types it (smoke size, the default on a
+    CPU; TPU estimates on, as by default), copying the answer to --out."""
     base = tmp_path_factory.mktemp("optimize")
     out = base / "out"
-    # cwd is a scratch folder so no developer .env can supply credentials or settings.
-    r = mk("optimize", "--task", "12p_RMSNorm", "--model", "replay", "--size", "smoke", "--out", str(out), "--json",
-           env=agent_env(base / "data"), cwd=base)
+    # cwd is a scratch folder so no developer .env can supply credentials or settings; PYTHONPATH: the child
+    # imports this checkout, whatever copy an editable install points at.
+    env = {**agent_env(base / "data"), "PYTHONPATH": str(ROOT), "MAXKERNEL_ESTIMATE": "true"}
+    r = mk("optimize", "--task", "12p_RMSNorm", "--model", "replay", "--out", str(out), "--json", env=env, cwd=base,
+           timeout=1400)
     return r, out
 
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # the module's optimize run, estimates included, is paid by whichever test comes first
 def test_replay_run_answers_a_correct_kernel_with_its_costs(replay_run):
     r, out = replay_run
     assert r.returncode == 0, r.stderr[-3000:]
@@ -37,6 +45,30 @@ def test_replay_run_answers_a_correct_kernel_with_its_costs(replay_run):
     assert "implementer -> write_file(" in r.stderr and "debugger:" in r.stderr
     # The debug round's line carries the compiler's reason, not just the heading of a multi-line message.
     assert re.search(r"Debug round 1: compile_kernel for v5e failed: \S", r.stderr), r.stderr[-3000:]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_the_answer_is_priced_and_said_whole_with_path_verdict_and_estimate(replay_run):
+    """A new user's first answer: the kernel's path, its held-out verdict and its TPU estimate against XLA's, in
+    the JSON, at the end of the text and in the agent's own last answer."""
+    from maxkernel.optimize import render_text
+
+    r, out = replay_run
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    kernel = out / "kernel.py"
+    assert doc["status"] == "correct" and doc["kernel"] == str(kernel.resolve()) and kernel.is_file()
+    assert Path(doc["workspace_kernel"]).read_text() == kernel.read_text()
+    est = doc["verdict"]["estimate"]
+    assert est["ok"] and est["chip"] == "v5e", est
+    summary = doc["summary"]
+    assert summary.startswith(f"returned kernel {kernel.resolve()}: held-out verdict CORRECT; "), summary
+    assert f"TPU estimate on v5e: {est['estimated_ms']:.3g} ms vs XLA {est['baseline_estimated_ms']:.3g} ms" in summary
+    assert f"{est['speedup_estimate']:.3g}x" in summary and "…" not in summary
+    assert render_text(doc).splitlines()[-1] == summary  # the text ends with it, whole
+    assert "TPU estimate on v5e" in r.stderr.split("Done (")[-1]  # and so does the agent's own last answer
 
 
 @pytest.mark.integration
