@@ -26,9 +26,10 @@ class Settings(BaseSettings):
     heldout_seed_base: int = Field(default=7919, description="First seed of the held-out set used for final verdicts.")
     eval_timeout_s: float = Field(default=300.0, gt=0, description="Wall-clock limit for one candidate run.")
     eval_memory_mb: int = Field(default=6144, ge=2048, description="Address-space limit of a candidate process.")
-    pool_size: int = Field(default=2, ge=0, description="Pre-started sandboxed workers kept warm by long-lived callers "
+    pool_size: int = Field(default=1, ge=0, description="Pre-started sandboxed workers kept warm by long-lived callers "
                            "(an evaluation takes one for the candidate, and one for the judge when the judge is not "
-                           "persistent).")
+                           "persistent); each costs a jax import of CPU, lost if nothing takes it before the caller "
+                           "ends.")
     persistent_judge: bool = Field(default=True, description="The judge's side of a verdict (inputs, references, the "
                                    "baseline's timing, the census) runs on long-lived sandboxed judge workers that keep "
                                    "JAX imported; false starts a fresh judge for every verdict. The candidate's worker "

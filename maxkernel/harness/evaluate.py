@@ -685,9 +685,10 @@ def shared_evaluator() -> Evaluator:
 
 
 def evaluate(task: str, kernel: str | Path, **kwargs) -> Verdict:
-    """One evaluation with a fresh evaluator (two cold workers: the candidate's and the judge's). The pool is closed
-    on the way out, whatever happens: a cancelled or failed evaluation's traceback must not keep its folder."""
-    with WorkerPool(size=2) as pool, Evaluator(pool) as ev:
+    """One evaluation with a fresh evaluator (two cold workers, started together: the candidate's and the judge's).
+    The pool is closed on the way out, whatever happens: a cancelled or failed evaluation's traceback must not keep
+    its folder."""
+    with WorkerPool(size=1 if get_settings().persistent_judge else 2) as pool, Evaluator(pool) as ev:
         return ev.evaluate(task, kernel, **kwargs)
 
 

@@ -69,7 +69,7 @@ async def run_to_end(sqlite_store, drive, task):
     return runner, await load_session(runner, session.id), events
 
 
-def check_run(session, events, fixed_kernel, reason="iteration budget (1) used"):
+def check_run(session, events, fixed_kernel, reason="iteration budget (1) used", by_estimate=False):
     """What every successful one-iteration run must show: fixed by the debugger, judged, kept, counted."""
     state = session.state
     said = texts(events, ROOT)
@@ -86,7 +86,11 @@ def check_run(session, events, fixed_kernel, reason="iteration budget (1) used")
     assert len(profile) == 1 and profile[0]["ok"] and profile[0]["kernel_ms"] > 0, profile
     tune = responses(events, "tune_kernel")
     assert len(tune) == 1 and tune[0]["ok"] and tune[0]["tried"], tune
-    assert sorted(t["outcome"] for t in tune[0]["tried"]) == ["best", "timed"], tune[0]["tried"]  # max_configs 2
+    outcomes = sorted(t["outcome"] for t in tune[0]["tried"])
+    if by_estimate:  # every configuration that compiles is estimated; the best estimate that is correct wins
+        assert outcomes.count("best") == 1 and set(outcomes) <= {"best", "estimated", "pruned"}, tune[0]["tried"]
+    else:
+        assert outcomes == ["best", "timed"], tune[0]["tried"]  # max_configs 2
     assert not [t for t in texts(events) if "no recorded" in t]  # every role found its recorded turn
 
     result = state["result"]
@@ -115,19 +119,6 @@ async def check_artifacts(runner, session, best: Path):
     saved = await runner.artifact_service.load_artifact(filename="best_kernel.py", **kw)
     assert saved is not None and saved.text == best.read_text()
     assert await runner.artifact_service.list_versions(filename="kernel.py", **kw) == [0, 1]
-
-
-@pytest.mark.integration
-@pytest.mark.slow
-async def test_rmsnorm_broken_block_fixed_by_debugger(replay_env, sqlite_store, drive):
-    replay_env(max_iterations=1)
-    runner, session, events = await run_to_end(sqlite_store, drive, "12p_RMSNorm")
-    errors = [e for e in deltas(events, "last_error") if e]
-    assert len(errors) == 1 and errors[0].startswith("compile_kernel for v5e failed"), errors
-    assert "divisible by 8 and 128" in errors[0] and "block_size=100" in errors[0], errors[0]
-    best = check_run(session, events, recorded_kernel("12p_RMSNorm_v1_fixed.py"))
-    await check_artifacts(runner, session, best)
-    assert cli_evaluate("12p_RMSNorm", str(best))["status"] == "correct"
 
 
 @pytest.mark.integration
@@ -241,11 +232,19 @@ async def test_budgets_stop_the_loop():
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-async def test_off_a_tpu_the_loop_keeps_the_best_by_the_tpu_estimate(replay_env, sqlite_store, drive):
-    """With estimates on (the default outside the test suite), a CPU run ranks by the estimated TPU speedup, says
-    so, and still reports the measured interpreter speedup beside it."""
+async def test_rmsnorm_broken_block_fixed_by_debugger_and_kept_by_the_tpu_estimate(replay_env, sqlite_store, drive):
+    """The implementer's block breaks the (8, 128) rule; the debugger fixes it from the compiler's reason; the fix
+    is judged, profiled, tuned and kept. With estimates on (the default outside the test suite), a CPU run ranks by
+    the estimated TPU speedup, says so, and still reports the measured interpreter speedup beside it."""
     replay_env(max_iterations=1, estimate="true")
     runner, session, events = await run_to_end(sqlite_store, drive, "12p_RMSNorm")
+    errors = [e for e in deltas(events, "last_error") if e]
+    assert len(errors) == 1 and errors[0].startswith("compile_kernel for v5e failed"), errors
+    assert "divisible by 8 and 128" in errors[0] and "block_size=100" in errors[0], errors[0]
+    best_file = check_run(session, events, recorded_kernel("12p_RMSNorm_v1_fixed.py"), by_estimate=True)
+    await check_artifacts(runner, session, best_file)
+    assert cli_evaluate("12p_RMSNorm", str(best_file))["status"] == "correct"
+
     loop = session.state["loop"]
     entry, best = loop["history"][0], loop["best"]
     assert entry["status"] == "correct" and best["iteration"] == 1
