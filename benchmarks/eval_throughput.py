@@ -29,7 +29,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--evals", type=int, default=20)
     ap.add_argument("--parallel", type=int, default=1)
-    ap.add_argument("--pool", type=int, default=2, help="pre-started candidate workers (an evaluation takes one, two without a persistent judge)")
+    ap.add_argument("--pool", type=int, default=None,
+                    help="pre-started candidate workers (an evaluation takes one, two without a persistent judge); "
+                         "default: as the product sizes it (MAXKERNEL_POOL_SIZE, one more once jobs come back to back)")
     ap.add_argument("--idle", type=float, default=0.0,
                     help="seconds between evaluations (as an agent's think time): the pool's replacement workers "
                          "start in it, so each verdict is timed on a warm pool")
@@ -55,11 +57,13 @@ def main() -> int:
             verdicts = list(pool.map(one, jobs))
         wall = time.monotonic() - t0
         judges = ev.judges.started if ev.judges is not None else None
+        pool_size = ev.pool.size
     statuses = sorted({v.status for v in verdicts + warm})
     over = [v.overhead_s for v in verdicts if v.overhead_s is not None]
     own = [v.wall_s - v.overhead_s for v in verdicts if v.overhead_s is not None]
     report = {
-        "evals": len(verdicts), "parallel": args.parallel, "pool": args.pool, "statuses": statuses,
+        "evals": len(verdicts), "parallel": args.parallel, "pool": args.pool if args.pool is not None else
+        f"settings ({pool_size} at the end)", "statuses": statuses,
         "persistent_judge": ev.judges is not None, "judges_started": judges,
         "idle_s": args.idle,
         "evals_per_minute": round(60 * len(verdicts) / (wall - args.idle * len(verdicts) / args.parallel), 2),

@@ -29,7 +29,7 @@ class Settings(BaseSettings):
     pool_size: int = Field(default=1, ge=0, description="Pre-started sandboxed workers kept warm by long-lived callers "
                            "(an evaluation takes one for the candidate, and one for the judge when the judge is not "
                            "persistent); each costs a jax import of CPU, lost if nothing takes it before the caller "
-                           "ends.")
+                           "ends. A pool keeps one more ahead once verdicts come back to back (tables, tuning, search).")
     persistent_judge: bool = Field(default=True, description="The judge's side of a verdict (inputs, references, the "
                                    "baseline's timing, the census) runs on long-lived sandboxed judge workers that keep "
                                    "JAX imported; false starts a fresh judge for every verdict. The candidate's worker "

@@ -420,6 +420,10 @@ def _close_workers(ready: list, root: Path) -> None:
 _SWEPT: list = []
 
 
+WARM_S = 3.0  # about a pre-started worker's imports on 2 busy cores: one taken younger was probably still importing
+BACK_TO_BACK_SIZE = 2
+
+
 class WorkerPool:
     """Keeps `size` sandboxed workers started (imports done) so a job does not wait for a cold start.
 
@@ -428,6 +432,9 @@ class WorkerPool:
 
     def __init__(self, size: int | None = None, memory_mb: int | None = None, warm_compiler: str | None = None):
         self.size = get_settings().pool_size if size is None else size
+        # A pool sized by the settings keeps one worker more ahead once jobs come back to back (a job took a worker
+        # still importing, or found none): the agent loop's think time lets one suffice, a table or a tuner does not.
+        self.grow_to = max(self.size, BACK_TO_BACK_SIZE) if size is None and self.size > 0 else self.size
         self.memory_mb = memory_mb
         self.warm_compiler = warm_compiler  # a chip: pre-started workers load libtpu and compile once for it
         if not _SWEPT:  # once per process: roots (and scratch mounts) of pools whose process died unclosed
@@ -470,6 +477,9 @@ class WorkerPool:
                     w.discard()
             self._ready[:] = alive
             worker = self._ready.pop(0) if self._ready else None
+        if worker is None or time.monotonic() - worker.started < WARM_S:
+            with self._lock:
+                self.size = min(self.size + 1, self.grow_to)
         if worker is None:
             worker = self._start_worker()
         else:

@@ -58,3 +58,29 @@ def test_a_pool_killed_unclosed_leaves_nothing_the_next_pool_keeps(tmp_path):
     assert stale.sweep(tmp_path) == [root]
     assert not root.exists() and live.is_dir() and unowned.is_dir()
     assert not any(p.startswith(str(root)) for p in stale._mounts_under(tmp_path)), left
+
+
+def test_a_settings_sized_pool_keeps_one_more_ahead_only_when_jobs_come_back_to_back(monkeypatch):
+    """One worker ahead by default; a job that takes a worker still importing (back to back) grows the pool to two.
+    A worker taken after it had time to import does not, and a pool given its size never grows."""
+    import maxkernel.harness.sandbox as sandbox
+    from maxkernel.settings import get_settings
+
+    monkeypatch.setenv("MAXKERNEL_POOL_SIZE", "1")
+    get_settings.cache_clear()
+    try:
+        with WorkerPool() as pool:
+            assert pool.size == 1 and len(pool._ready) == 1
+            monkeypatch.setattr(sandbox, "WARM_S", 0.0)  # every worker counts as imported: think time between jobs
+            pool.acquire().discard()
+            assert pool.size == 1 and len(pool._ready) == 1
+            monkeypatch.setattr(sandbox, "WARM_S", 3600.0)  # every worker counts as still importing: back to back
+            pool.acquire().discard()
+            assert pool.size == 2 and len(pool._ready) == 2
+            pool.acquire().discard()
+            assert pool.size == 2 and len(pool._ready) == 2  # bounded
+        with WorkerPool(size=1) as fixed:
+            fixed.acquire().discard()
+            assert fixed.size == 1 and len(fixed._ready) == 1
+    finally:
+        get_settings.cache_clear()
