@@ -37,7 +37,7 @@ def test_smoke_inputs_are_seeded_and_mixed_sign(name):
     task = load_task(name)
     a = task.create_inputs(size="smoke", seed=0)
     b = task.create_inputs(size="smoke", seed=0)
-    c = task.create_inputs(size="smoke", seed=1)
+    c = task.create_inputs(size="smoke", seed=3)  # seed 0's distribution (seed % 3): its draws compile nothing new
     floats = [i for i, x in enumerate(a) if jnp.issubdtype(x.dtype, jnp.floating)]
     assert floats, "a task needs at least one floating input"
     for i in floats:
