@@ -32,3 +32,34 @@ def test_replaced_timers_are_named(monkeypatch):
     assert timers.replaced_timers() == []
     monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
     assert timers.replaced_timers() == ["perf_counter"]
+
+
+def test_the_judges_inputs_are_a_persons_and_a_warm_judge_compiles_nothing_for_fresh_seeds(tmp_path):
+    """The inputs the judge hands the candidate for a seed are bit for bit what `create_inputs(seed=...)` gives a
+    person (a jitted draw fuses and can differ in the last bit); and a judge that served one verdict draws the next
+    one's fresh seeds (same distributions, seed % 3) without compiling anything."""
+    from jax._src import monitoring
+
+    from maxkernel.tasks import load_task
+
+    task = load_task("8p_GEMM")  # its jitted draws differ from a person's in the last bf16 bit on most seeds
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir(), second.mkdir()
+    assert reference_job.run({"task": task.name, "size": "smoke", "seeds": [30, 31, 32], "reps": 0}, first)["status"] == "ok"
+    for i, seed in enumerate((30, 31, 32)):
+        mine = [np.asarray(x) for x in task.create_inputs(size="smoke", seed=seed)]
+        theirs = load_arrays(first / f"inputs_{i}.npz")
+        assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(mine, theirs)), seed
+
+    compiles = []
+
+    def listen(event, duration, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(duration)
+
+    monitoring.register_event_duration_secs_listener(listen)
+    try:
+        out = reference_job.run({"task": task.name, "size": "smoke", "seeds": [93, 94, 95], "reps": 0}, second)
+    finally:
+        monitoring.unregister_event_duration_listener(listen)
+    assert out["status"] == "ok" and compiles == []
