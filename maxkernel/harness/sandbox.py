@@ -434,7 +434,10 @@ class WorkerPool:
         self.size = get_settings().pool_size if size is None else size
         # A pool sized by the settings keeps one worker more ahead once jobs come back to back (a job took a worker
         # still importing, or found none): the agent loop's think time lets one suffice, a table or a tuner does not.
+        # A pool's first job takes the worker started with the pool, whatever its age: that is a first use, not
+        # jobs coming back to back.
         self.grow_to = max(self.size, BACK_TO_BACK_SIZE) if size is None and self.size > 0 else self.size
+        self._acquired = 0
         self.memory_mb = memory_mb
         self.warm_compiler = warm_compiler  # a chip: pre-started workers load libtpu and compile once for it
         if not _SWEPT:  # once per process: roots (and scratch mounts) of pools whose process died unclosed
@@ -477,8 +480,9 @@ class WorkerPool:
                     w.discard()
             self._ready[:] = alive
             worker = self._ready.pop(0) if self._ready else None
-        if worker is None or time.monotonic() - worker.started < WARM_S:
-            with self._lock:
+            back_to_back = self._acquired > 0 and (worker is None or time.monotonic() - worker.started < WARM_S)
+            self._acquired += 1
+            if back_to_back:
                 self.size = min(self.size + 1, self.grow_to)
         if worker is None:
             worker = self._start_worker()
