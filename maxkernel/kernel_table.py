@@ -317,7 +317,13 @@ def run_table(tasks: list, chips: list[str], out: str | Path, progress: Callable
         for i, task, key in todo:
             progress(f"[{i}/{len(tasks)}] {task.name}")
             keep(i, task, _safe_row(task, chips, key, progress, "local"))
-    return _write(folder, [rows[t.name] for t in tasks], chips)
+    # The folder's table is every task recorded in it: a run over a few tasks updates their rows, and the rows of
+    # the others (made earlier, for these chips) stay in the table instead of vanishing from it.
+    earlier = [r for r in _folder_rows(folder, chips) if r["task"] not in rows]
+    if earlier:
+        progress(f"table: {len(rows)} row(s) from this run and {len(earlier)} kept from earlier records in {folder}")
+    return _write(folder, sorted([*rows.values(), *earlier], key=lambda r: r["task"]) if earlier
+                  else [rows[t.name] for t in tasks], chips)
 
 
 def _safe_row(task, chips: list[str], key: str, progress, backend: str) -> dict:
@@ -359,13 +365,19 @@ def _write(folder: Path, rows: list[dict], chips: list[str]) -> dict:
     return doc
 
 
+def _folder_rows(folder: Path, chips: list[str]) -> list[dict]:
+    """The records under `folder` that belong in a table for `chips`: those made for every one of them, and every
+    kernel not judged correct (it has no chip cells)."""
+    rows = [json.loads(f.read_text()) for f in sorted((folder / RECORDS).glob("*.json"))]
+    return [r for r in rows if all(c in (r.get("chips") or {}) for c in chips) or not r.get("correct")]
+
+
 def render_table(out: str | Path) -> dict:
     """`maxkernel report` on a kernel table's folder: the table, fast_p by estimate per chip and the plot, written
     again from its records (every record for the chips the table was made for)."""
     folder = Path(out)
     chips = json.loads((folder / DOC).read_text())["chips"]
-    rows = [json.loads(f.read_text()) for f in sorted((folder / RECORDS).glob("*.json"))]
-    rows = [r for r in rows if all(c in (r.get("chips") or {}) for c in chips) or not r.get("correct")]
+    rows = _folder_rows(folder, chips)
     if not rows:
         raise TableError(f"no task records under {folder / RECORDS}")
     return _write(folder, rows, chips)

@@ -156,6 +156,33 @@ def test_a_harness_failure_on_one_task_costs_its_row_not_the_table(tmp_path, mon
 
 
 @pytest.mark.unit
+def test_a_run_over_some_tasks_keeps_the_other_recorded_rows_in_the_table(tmp_path, monkeypatch):
+    """Met writing the library: `bench kernels --task 8p_GEMM --out benchmarks/results/kernels` rewrote the
+    committed 35-row table as a 1-row one (the records stayed, the table and fast_p did not). The folder's table is
+    every task recorded in it for the chips; a record made for other chips is not."""
+    import maxkernel.kernel_table as kt
+
+    def row(task, chips, key, progress):
+        return {"task": task.name, "suite": task.suite, "tier": task.tier, "kernel": "k", "key": key, "label": kt.LABEL,
+                "status": "correct", "correct": True, "reason": "ok",
+                "chips": {c: {"speedup": 1.5 if task.name == "12p_RMSNorm" else 0.5} for c in chips}}
+
+    monkeypatch.setattr(kt, "_row", row)
+    monkeypatch.setattr(kt, "_plot", lambda *a: None)
+    kt.run_table(kt.table_tasks("jaxbench", ["12p_RMSNorm", "8p_GEMM"]), ["v5e"], tmp_path)
+    kt.run_table(kt.table_tasks("jaxbench", ["1p_Flash_Attention"]), ["v6e"], tmp_path)  # another chip: not in it
+    (tmp_path / "records" / "8p_GEMM.json").unlink()
+    lines: list[str] = []
+    doc = kt.run_table(kt.table_tasks("jaxbench", ["8p_GEMM"]), ["v5e"], tmp_path, progress=lines.append)
+    assert [r["task"] for r in doc["rows"]] == ["12p_RMSNorm", "8p_GEMM"]
+    assert doc["summary"]["by_chip"]["v5e"]["all"]["geomean_speedup"] == pytest.approx((1.5 * 0.5) ** 0.5)
+    md = (tmp_path / "kernels.md").read_text()
+    assert "| 12p_RMSNorm | CORRECT |" in md and "1p_Flash_Attention" not in md
+    assert any("1 kept from earlier records" in line for line in lines)
+    assert kt.render_table(tmp_path)["summary"] == doc["summary"]
+
+
+@pytest.mark.unit
 def test_a_degenerate_row_is_listed_and_counted_in_no_figure():
     from maxkernel.kernel_table import _markdown, summarize_table
 
@@ -193,6 +220,30 @@ def test_the_tasks_marked_degenerate_do_collapse_to_a_matvec(name):
         ref = np.asarray(task.module.workload(*inputs), np.float32)
         np.testing.assert_allclose(ref, np.asarray(matvec * scale), rtol=2e-2, atol=2e-2 * float(np.abs(ref).max()))
     assert load_task("36k_Matmul_Sigmoid_Sum").degenerate == ""  # a nonlinearity before the sum: real work
+
+
+@pytest.mark.unit
+def test_49k_is_marked_degenerate_because_its_pool_folds_into_the_weights():
+    """avgpool(x @ w.T + b) = x @ pool(w).T + pool(b): the stated GEMM has 16 times fewer columns. Checked on the
+    task's own inputs, so a redefinition that makes the full GEMM needed again must also drop the mark."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from maxkernel.tasks import load_task
+
+    task = load_task("49k_Matmul_AvgPool_GELU_Scale_Max")
+    assert "16 times fewer" in task.degenerate
+    cfg = task.module.CONFIG
+    pool = cfg["pool_kernel_size"]
+    for seed in (0, 1):
+        x, w, b = task.module.create_inputs(size="smoke", seed=seed)
+        w_pooled = jnp.mean(w.astype(jnp.float32).reshape(-1, pool, w.shape[1]), axis=1)
+        b_pooled = jnp.mean(b.astype(jnp.float32).reshape(-1, pool), axis=1)
+        z = x.astype(jnp.float32) @ w_pooled.T + b_pooled
+        folded = jnp.max(jax.nn.gelu(z, approximate=False) * cfg["scale_factor"], axis=1)
+        ref = np.asarray(task.module.workload(x, w, b), np.float32)
+        np.testing.assert_allclose(ref, np.asarray(folded), rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.unit
