@@ -99,11 +99,17 @@ def _gemm_scaling_hardtanh_gelu_kernel(x_ref, w_ref, b_ref, o_ref, acc_ref):
     # x_ref: [block_m, block_k], w_ref: [block_n, block_k], b_ref: [1, block_n], o_ref / acc_ref: [block_m, block_n]
     k = pl.program_id(2)
 
-    @pl.when(k == 0)
-    def _init():
-        acc_ref[...] = jnp.zeros_like(acc_ref)
+    def partial_sum():
+        return lax.dot_general(x_ref[...], w_ref[...], _CONTRACT_LAST, preferred_element_type=jnp.float32)
 
-    acc_ref[...] += lax.dot_general(x_ref[...], w_ref[...], _CONTRACT_LAST, preferred_element_type=jnp.float32)
+    # The first K step stores its product (no zero fill, one read-modify-write less); later ones add to it.
+    @pl.when(k == 0)
+    def _first():
+        acc_ref[...] = partial_sum()
+
+    @pl.when(k > 0)
+    def _accumulate():
+        acc_ref[...] += partial_sum()
 
     # The epilogue runs once per output tile, on the f32 accumulator, so nothing is rounded before the last cast;
     # the output block is written to HBM once, after the grid leaves it.

@@ -1,4 +1,8 @@
-"""49k_Matmul_AvgPool_GELU_Scale_Max: KernelBench L2 #98, row max of scale_factor * gelu(avgpool1d(x @ W^T + b))."""
+"""49k_Matmul_AvgPool_GELU_Scale_Max: KernelBench L2 #98, row max of scale_factor * gelu(avgpool1d(x @ W^T + b)).
+
+Degenerate (DEGENERATE below): the average pool is linear and comes straight after the Linear layer, so the stated
+[batch, out_features] GEMM collapses to one with out_features / pool_kernel_size columns. The kernel table leaves
+the task out of fast_p; a kernel is still judged like any other."""
 
 import math
 
@@ -18,6 +22,11 @@ CONFIG = {
     "scale_factor": 2.0,
 }
 SIZES = {"smoke": {"batch_size": 128, "in_features": 512, "out_features": 256}}
+
+# Why the stated work collapses (see the module docstring); `Task.degenerate` reads it, and the kernel table leaves
+# the task out of fast_p.
+DEGENERATE = ("the average pool over pool_kernel_size consecutive features of x @ w.T + b is x @ pool(w).T + pool(b): "
+              "a GEMM with 16 times fewer output columns")
 
 # Std of the independent part of the Linear output: averaging pool_kernel_size features divides it
 # by 4, leaving pooled values of unit spread.

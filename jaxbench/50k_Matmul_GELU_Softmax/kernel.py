@@ -1,4 +1,5 @@
-"""Reference Pallas TPU kernel for 50k_Matmul_GELU_Softmax: fused linear + GELU with online softmax stats, then normalise."""
+"""Pallas TPU kernel for 50k_Matmul_GELU_Softmax: linear + GELU + per-tile softmax stats fused into the GEMM, then a
+rescale pass."""
 
 import dataclasses
 import functools
@@ -10,20 +11,20 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-# The softmax runs over all out_features (8192 at full size). Holding a whole row block in VMEM would cap
-# block_m near 128 (an f32 [128, 8192] row block alone is 4 MiB) and re-read w 32 times; instead pass 1
-# tiles N like a GEMM, writes the f32 GELU outputs and keeps a running row max and sum of exponentials
-# (online softmax) across the N axis, and pass 2 rescales. The extra HBM round trip of the f32
-# logits (~0.4 GB at full size) costs less than the w re-reads it saves.
-# Defaults by `maxkernel estimate --set` at full size: 512 x 1024 x 2048 (each call asks for a scoped VMEM limit
-# sized from its blocks) is 3.48 ms on v5e and 1.19 ms on v6e against XLA's 2.96 / 0.616, where the first defaults
-# 512 x 512 x 1024 were 3.61 / 1.52: x and w are re-read half as often. The kernel stays memory-bound on v6e (w is
-# still read 8 times); block_m 1024 would halve that, but the estimator cannot price it yet (one tile is past its
-# profiling budget, a known gap of the estimator).
+# Pass 1 tiles the GEMM at 19k's large tiles (x and w are re-read only 4 times each, so it stays compute-bound) and,
+# when a tile's K loop ends, applies bias and GELU and writes e = exp(g - m_t) with the tile's own row max m_t and
+# sum l_t. Every output moves with both the M and the N tile, so both axes are parallel. A tiny jnp step combines
+# the per-tile stats into one factor exp(m_t - m) / l per (N tile, row), and pass 2 multiplies. e is written in the
+# inputs' dtype: it lies in (0, 1], so bf16 keeps it to 2^-9 relative, and its HBM round trip is half an f32 one.
+# Estimated at full size (`maxkernel estimate`): 1024 x 2048 x 2048 at 3.00 ms on v5e and 0.766 ms on v6e (XLA
+# 2.96 and 0.616 ms; writing f32 GELU outputs and taking the exp in pass 2 instead: 3.36 and 0.718 ms). The first
+# design (f32 GELU outputs, a running row max carried along a sequential N axis) was 3.48 and 1.19 ms at
+# 512 x 1024 x 2048, and could not be priced at 1024-row tiles (one row block of the whole N was past the
+# estimator's budget).
 TUNABLES = {
-    "block_m": (128, 256, 512, 1024),
-    "block_n": (128, 256, 512, 1024),
-    "block_k": (128, 256, 512, 1024, 2048),
+    "block_m": (256, 512, 1024, 2048),
+    "block_n": (512, 1024, 2048),
+    "block_k": (512, 1024, 2048, 4096),
 }
 
 SUBLANES, LANES = 8, 128
@@ -58,33 +59,39 @@ class BlockSizes:
         return sizes
 
 
-def _gelu_stats_kernel(x_ref, w_ref, b_ref, g_ref, m_ref, l_ref, acc_ref):
-    # x_ref: [bm, bk], w_ref: [bn, bk], b_ref: [1, bn], g_ref / acc_ref: [bm, bn], m_ref / l_ref: [bm, 1]
-    # m_ref and l_ref keep the same block index along the N and K axes, so they stay resident in VMEM
-    # and serve as the running row max and running sum of exp(g - max).
-    j, k = pl.program_id(1), pl.program_id(2)
+def _gelu_exp_kernel(x_ref, w_ref, b_ref, e_ref, m_ref, l_ref, acc_ref):
+    # x_ref: [bm, bk], w_ref: [bn, bk], b_ref: [1, bn]; e_ref: [bm, bn] in x's dtype; acc_ref: [bm, bn] f32;
+    # m_ref / l_ref: [bm, 1] f32, this tile's row max of g and row sum of exp(g - max).
+    k, last = pl.program_id(2), pl.num_programs(2) - 1
 
-    @pl.when((j == 0) & (k == 0))
-    def _init_stats():
-        m_ref[...] = jnp.full_like(m_ref, -jnp.inf)
-        l_ref[...] = jnp.zeros_like(l_ref)
+    def partial_sum():
+        return lax.dot_general(x_ref[...], w_ref[...], _CONTRACT_LAST, preferred_element_type=jnp.float32)
 
-    @pl.when(k == 0)
-    def _init_acc():
-        acc_ref[...] = jnp.zeros_like(acc_ref)
-
-    acc_ref[...] += lax.dot_general(x_ref[...], w_ref[...], _CONTRACT_LAST, preferred_element_type=jnp.float32)
-
-    @pl.when(k == pl.num_programs(2) - 1)
-    def _epilogue():
-        z = acc_ref[...] + b_ref[...].astype(jnp.float32)
+    def epilogue(acc):
+        z = acc + b_ref[...].astype(jnp.float32)
         g = 0.5 * z * (1.0 + lax.erf(z * _INV_SQRT2))  # exact GELU, as torch's default
-        g_ref[...] = g
-        m_prev = m_ref[...]
-        m_new = jnp.maximum(m_prev, jnp.max(g, axis=-1, keepdims=True))
-        # On the first N block m_prev is -inf, so the old sum (0) is scaled by exp(-inf) = 0.
-        l_ref[...] = l_ref[...] * jnp.exp(m_prev - m_new) + jnp.sum(jnp.exp(g - m_new), axis=-1, keepdims=True)
-        m_ref[...] = m_new
+        tile_max = jnp.max(g, axis=-1, keepdims=True)
+        e = jnp.exp(g - tile_max)
+        e_ref[...] = e.astype(e_ref.dtype)
+        m_ref[...] = tile_max
+        l_ref[...] = jnp.sum(e, axis=-1, keepdims=True)
+
+    # The first K step writes the accumulator and the last one reads it: no zero fill, one read-modify-write less.
+    @pl.when((k == 0) & (k != last))
+    def _first():
+        acc_ref[...] = partial_sum()
+
+    @pl.when((k > 0) & (k != last))
+    def _middle():
+        acc_ref[...] += partial_sum()
+
+    @pl.when((k == last) & (k > 0))
+    def _last():
+        epilogue(acc_ref[...] + partial_sum())
+
+    @pl.when((k == last) & (k == 0))
+    def _only():
+        epilogue(partial_sum())
 
 
 def _vmem_limit(*block_bytes: int) -> int:
@@ -94,25 +101,22 @@ def _vmem_limit(*block_bytes: int) -> int:
     return int(min(max(sum(block_bytes) * 5 // 4, 16 << 20), 100 << 20))
 
 
-def _normalize_kernel(g_ref, m_ref, l_ref, o_ref):
-    # g_ref: [bm, bn] f32, m_ref / l_ref: [bm, 1] f32 (final row stats), o_ref: [bm, bn]
-    o_ref[...] = (jnp.exp(g_ref[...] - m_ref[...]) / l_ref[...]).astype(o_ref.dtype)
-
-
-def gelu_logits_and_stats(x, w, b, bs: BlockSizes):
-    """Pass 1: g = gelu(x @ w.T + b) in f32 [M, N], with each row's max m [M, 1] and sum(exp(g - m)) l [M, 1]."""
+def gelu_exp_and_stats(x, w, b, bs: BlockSizes):
+    """Pass 1: e = exp(g - m_t) [M, N] in x's dtype for g = gelu(x @ w.T + b), with every (N tile, row)'s max m_t
+    and sum l_t [N / bn, M, 1]."""
     (m, k), n = x.shape, w.shape[0]
     grid = (m // bs.block_m, n // bs.block_n, k // bs.block_k)
     size = jnp.dtype(x.dtype).itemsize
     cost = pl.CostEstimate(
         flops=2 * m * n * k + 16 * m * n,
         transcendentals=2 * m * n,  # erf and exp per element
-        bytes_accessed=size * (m * k * grid[1] + n * k * grid[0] + n) + 4 * (m * n + 2 * m),
+        bytes_accessed=size * (m * k * grid[1] + n * k * grid[0] + n * grid[0] + m * n) + 8 * grid[1] * m,
     )
-    stats = jax.ShapeDtypeStruct((m, 1), jnp.float32)
+    stats = jax.ShapeDtypeStruct((grid[1], m, 1), jnp.float32)
+    tile = bs.block_m * bs.block_n
     return pl.pallas_call(
-        _gelu_stats_kernel,
-        out_shape=(jax.ShapeDtypeStruct((m, n), jnp.float32), stats, stats),
+        _gelu_exp_kernel,
+        out_shape=(jax.ShapeDtypeStruct((m, n), x.dtype), stats, stats),
         grid=grid,
         in_specs=[
             pl.BlockSpec((bs.block_m, bs.block_k), lambda i, j, kk: (i, kk)),
@@ -121,42 +125,54 @@ def gelu_logits_and_stats(x, w, b, bs: BlockSizes):
         ],
         out_specs=(
             pl.BlockSpec((bs.block_m, bs.block_n), lambda i, j, kk: (i, j)),
-            pl.BlockSpec((bs.block_m, 1), lambda i, j, kk: (i, 0)),
-            pl.BlockSpec((bs.block_m, 1), lambda i, j, kk: (i, 0)),
+            pl.BlockSpec((None, bs.block_m, 1), lambda i, j, kk: (j, i, 0)),
+            pl.BlockSpec((None, bs.block_m, 1), lambda i, j, kk: (j, i, 0)),
         ),
         scratch_shapes=[pltpu.VMEM((bs.block_m, bs.block_n), jnp.float32)],
-        # N carries the running stats, so only the row axis is parallel.
         compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "arbitrary", "arbitrary"),
+            dimension_semantics=("parallel", "parallel", "arbitrary"),
+            # double-buffered x, w and e blocks; the f32 accumulator, the dot's f32 result and the epilogue's g.
             vmem_limit_bytes=_vmem_limit(2 * size * bs.block_m * bs.block_k, 2 * size * bs.block_n * bs.block_k,
-                                         2 * 4 * bs.block_m * bs.block_n, 4 * bs.block_m * bs.block_n)),
+                                         2 * size * tile, 3 * 4 * tile)),
         cost_estimate=cost,
         interpret=False,
     )(x, w, b.reshape(1, n))
 
 
-def normalize(g, row_max, row_sum, out_dtype, bs: BlockSizes):
-    """Pass 2: exp(g - m) / l per row, in out_dtype."""
-    m, n = g.shape
-    cost = pl.CostEstimate(flops=2 * m * n, transcendentals=m * n,
-                           bytes_accessed=4 * (m * n + 2 * m) + jnp.dtype(out_dtype).itemsize * m * n)
+def tile_factors(tile_max, tile_sum):
+    """exp(m_t - m) / l per (N tile, row), from every tile's row max m_t and sum l_t ([N / bn, M, 1] each): a few
+    thousand numbers per N tile, so plain jnp."""
+    row_max = jnp.max(tile_max, axis=0, keepdims=True)
+    scale = jnp.exp(tile_max - row_max)
+    return scale / jnp.sum(tile_sum * scale, axis=0, keepdims=True)
+
+
+def _rescale_kernel(e_ref, f_ref, o_ref):
+    # e_ref: [bm, bn], f_ref: [bm, 1] f32 (this N tile's factor per row), o_ref: [bm, bn]
+    o_ref[...] = (e_ref[...].astype(jnp.float32) * f_ref[...]).astype(o_ref.dtype)
+
+
+def rescale(e, factor, out_dtype, bs: BlockSizes):
+    """Pass 2: out = e * factor[N tile, row], in out_dtype."""
+    m, n = e.shape
+    esz, osz = jnp.dtype(e.dtype).itemsize, jnp.dtype(out_dtype).itemsize
+    cost = pl.CostEstimate(flops=m * n, transcendentals=0,
+                           bytes_accessed=(esz + osz) * m * n + 4 * m * (n // bs.block_n))
     return pl.pallas_call(
-        _normalize_kernel,
+        _rescale_kernel,
         out_shape=jax.ShapeDtypeStruct((m, n), out_dtype),
         grid=(m // bs.block_m, n // bs.block_n),
         in_specs=[
             pl.BlockSpec((bs.block_m, bs.block_n), lambda i, j: (i, j)),
-            pl.BlockSpec((bs.block_m, 1), lambda i, j: (i, 0)),
-            pl.BlockSpec((bs.block_m, 1), lambda i, j: (i, 0)),
+            pl.BlockSpec((None, bs.block_m, 1), lambda i, j: (j, i, 0)),
         ],
         out_specs=pl.BlockSpec((bs.block_m, bs.block_n), lambda i, j: (i, j)),
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel"),
-            vmem_limit_bytes=_vmem_limit(2 * 4 * bs.block_m * bs.block_n,
-                                         2 * jnp.dtype(out_dtype).itemsize * bs.block_m * bs.block_n)),
+            vmem_limit_bytes=_vmem_limit(2 * (esz + osz) * bs.block_m * bs.block_n, 4 * bs.block_m * bs.block_n)),
         cost_estimate=cost,
         interpret=False,
-    )(g, row_max, row_sum)
+    )(e, factor)
 
 
 @functools.partial(jax.jit, static_argnames=("block_m", "block_n", "block_k"))
@@ -165,16 +181,16 @@ def workload(
     w: jax.Array,  # [out_features, in_features]
     b: jax.Array,  # [out_features]
     *,
-    block_m: int = 512,
-    block_n: int = 1024,
+    block_m: int = 1024,
+    block_n: int = 2048,
     block_k: int = 2048,
 ) -> jax.Array:  # [batch_size, out_features] in x's dtype
-    """softmax(gelu(x @ w.T + b), axis=-1): both passes are Pallas kernels, all arithmetic in f32."""
+    """softmax(gelu(x @ w.T + b), axis=-1): both passes are Pallas kernels; GELU, exp and sums in f32."""
     (m, k), (n, k_w) = x.shape, w.shape
     if k != k_w:
         raise ValueError(f"in_features differ: x is [batch_size={m}, in_features={k}], w is [{n}, in_features={k_w}]")
     if b.shape != (n,):
         raise ValueError(f"b has shape {b.shape}, expected (out_features={n},)")
     bs = BlockSizes.fit(m, n, k, block_m=block_m, block_n=block_n, block_k=block_k)
-    g, row_max, row_sum = gelu_logits_and_stats(x, w, b, bs)
-    return normalize(g, row_max, row_sum, x.dtype, bs)
+    e, tile_max, tile_sum = gelu_exp_and_stats(x, w, b, bs)
+    return rescale(e, tile_factors(tile_max, tile_sum), x.dtype, bs)
