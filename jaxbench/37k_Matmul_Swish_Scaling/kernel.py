@@ -44,9 +44,10 @@ _CONTRACT_LAST = (((1,), (1,)), ((), ()))
 
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
 
-# One exp and one reciprocal (the sigmoid) per output.
-_TRANSCENDENTALS_PER_OUTPUT = 2
-# Bias add, sigmoid's negate and add, the product with z, the scale.
+# One tanh (the sigmoid, see _sigmoid) per output. As 1 / (1 + e^-v) (an exp and a division) the kernel estimated
+# 2.97 ms on v5e and 0.701 ms on v6e; as 0.5 + 0.5 tanh(v / 2), 2.90 and 0.692.
+_TRANSCENDENTALS_PER_OUTPUT = 1
+# Bias add, sigmoid's halving, multiply and add, the product with z, the scale.
 _EPILOGUE_FLOPS_PER_OUTPUT = 5
 
 
@@ -90,8 +91,9 @@ def _vmem_limit(bs: BlockSizes, in_dtype, out_dtype) -> int:
     return int(min(max(need * 5 // 4, 16 << 20), 100 << 20))
 
 def _sigmoid(v):
-    # 1 / (1 + e^-v): for very negative v, e^-v overflows to inf and the result is exactly 0, as the baseline's.
-    return 1.0 / (1.0 + jnp.exp(-v))
+    # 0.5 * (1 + tanh(v / 2)): one transcendental (tanh) where 1 / (1 + e^-v) takes an exp and a division; exact in
+    # real arithmetic, and it saturates to 0 and 1 without overflow.
+    return 0.5 + 0.5 * jnp.tanh(0.5 * v)
 
 
 def _kernel(x_ref, w_ref, b_ref, o_ref, acc_ref):

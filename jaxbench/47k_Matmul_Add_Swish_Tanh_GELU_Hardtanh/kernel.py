@@ -44,9 +44,10 @@ _CONTRACT_LAST = (((1,), (1,)), ((), ()))
 
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
 
-# Per output: exp and reciprocal (sigmoid), tanh, erf.
-_TRANSCENDENTALS_PER_OUTPUT = 4
-# Two adds, sigmoid's negate and add, swish's multiply, GELU's four, the clamp's two.
+# Per output: tanh (the sigmoid, see _sigmoid), tanh, erf. With the sigmoid as 1 / (1 + e^-v) the kernel estimated
+# 3.22 ms on v5e and 0.745 ms on v6e; as 0.5 + 0.5 tanh(v / 2), 3.16 and 0.738.
+_TRANSCENDENTALS_PER_OUTPUT = 3
+# Two adds, sigmoid's halving, multiply and add, swish's multiply, GELU's four, the clamp's two.
 _EPILOGUE_FLOPS_PER_OUTPUT = 11
 
 
@@ -90,8 +91,9 @@ def _vmem_limit(bs: BlockSizes, in_dtype, out_dtype) -> int:
     return int(min(max(need * 5 // 4, 16 << 20), 100 << 20))
 
 def _sigmoid(v):
-    # 1 / (1 + e^-v): for very negative v, e^-v overflows to inf and the result is exactly 0, as the baseline's.
-    return 1.0 / (1.0 + jnp.exp(-v))
+    # 0.5 * (1 + tanh(v / 2)): one transcendental (tanh) where 1 / (1 + e^-v) takes an exp and a division; exact in
+    # real arithmetic, and it saturates to 0 and 1 without overflow.
+    return 0.5 + 0.5 * jnp.tanh(0.5 * v)
 
 
 def _gelu_exact(v):
