@@ -414,6 +414,11 @@ def _close_workers(ready: list, root: Path) -> None:
     for w in list(ready):
         w.discard()
     ready.clear()
+    # A worker handed out and not yet discarded (a job still running in another thread at exit, a worker being
+    # started) still has its scratch tmpfs mounted under the root: unmount every such mount, or the removal below
+    # deletes the root's owner file and stops at the mount, leaving a root no later sweep can judge.
+    for point in stale._mounts_under(root):
+        subprocess.run(["umount", "-l", point], capture_output=True, timeout=30)
     shutil.rmtree(root, ignore_errors=True)
 
 

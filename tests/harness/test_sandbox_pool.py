@@ -60,6 +60,34 @@ def test_a_pool_killed_unclosed_leaves_nothing_the_next_pool_keeps(tmp_path):
     assert not any(p.startswith(str(root)) for p in stale._mounts_under(tmp_path)), left
 
 
+@pytest.mark.integration
+def test_a_pool_closed_while_a_worker_is_out_leaves_no_mount_and_no_root(tmp_path):
+    """Found as dozens of leaked scratch tmpfs mounts on a test machine, in roots without their owner file (so no
+    sweep would take them): a process exits while a worker it took from its pool is still held (a job running in
+    another thread). The pool's close at exit must unmount that worker's scratch too, then remove the root."""
+    import os
+    import subprocess
+    import sys
+
+    from maxkernel.harness import stale
+    from maxkernel.harness.sandbox import _MOUNT_WORKS, _mount_scratch
+
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    if not _mount_scratch(probe, 8):
+        pytest.skip("this process may not mount a tmpfs (not root): no scratch mount to leak")
+    subprocess.run(["umount", "-l", str(probe)], check=True)
+    _MOUNT_WORKS.clear()
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    code = ("from maxkernel.harness.sandbox import WorkerPool\np = WorkerPool(size=1)\nheld = p.acquire()\n"
+            "print(p.root, held.scratch, held.scratch_mb, flush=True)\n")  # exits holding `held`
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    root, scratch, scratch_mb = out.stdout.split()
+    assert scratch.startswith(root + "/") and scratch_mb != "None", out.stdout  # it was a tmpfs of its own
+    assert not [p for p in stale._mounts_under(tmp_path) if p.startswith(root + "/")]
+    assert not Path(root).exists()
+
+
 def test_a_settings_sized_pool_keeps_one_more_ahead_only_when_jobs_come_back_to_back(monkeypatch):
     """One worker ahead by default; a job that takes a worker still importing (back to back) grows the pool to two.
     The pool's first job (a one-shot CLI call takes it at once), and a worker taken after it had time to import, do
