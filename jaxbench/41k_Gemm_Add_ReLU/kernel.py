@@ -66,33 +66,19 @@ def _vmem_limit(bs: BlockSizes, in_dtype, out_dtype) -> int:
 
 def _gemm_add_relu_kernel(x_ref, w_ref, b_ref, o_ref, acc_ref):
     # x_ref: [block_m, block_k], w_ref: [block_n, block_k], b_ref: [1, block_n], o_ref / acc_ref: [block_m, block_n]
-    k, last = pl.program_id(2), pl.num_programs(2) - 1
+    k = pl.program_id(2)
 
-    def partial_sum():
-        return lax.dot_general(x_ref[...], w_ref[...], _CONTRACT_LAST, preferred_element_type=jnp.float32)
+    @pl.when(k == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    acc_ref[...] += lax.dot_general(x_ref[...], w_ref[...], _CONTRACT_LAST, preferred_element_type=jnp.float32)
 
     # The epilogue runs once per output tile, on the f32 accumulator, so the bias add is not rounded first.
-    def epilogue(acc):
-        y = acc + b_ref[...].astype(jnp.float32)
+    @pl.when(k == pl.num_programs(2) - 1)
+    def _epilogue():
+        y = acc_ref[...] + b_ref[...].astype(jnp.float32)
         o_ref[...] = jnp.maximum(y, 0.0).astype(o_ref.dtype)
-
-    # The first K step writes the accumulator and the last one adds its product on the way to the epilogue: no zero
-    # fill, and no final write and re-read of the f32 tile.
-    @pl.when((k == 0) & (k != last))
-    def _first():
-        acc_ref[...] = partial_sum()
-
-    @pl.when((k > 0) & (k != last))
-    def _middle():
-        acc_ref[...] += partial_sum()
-
-    @pl.when((k == last) & (k > 0))
-    def _last():
-        epilogue(acc_ref[...] + partial_sum())
-
-    @pl.when((k == last) & (k == 0))
-    def _only():
-        epilogue(partial_sum())
 
 
 @functools.partial(jax.jit, static_argnames=("block_m", "block_n", "block_k"))

@@ -80,17 +80,11 @@ def _gemm_rowmax_kernel(x_ref, w_ref, b_ref, o_ref, acc_ref):
     # columns == l (mod 128); the N tiles and the 128 lanes are folded outside.
     k = pl.program_id(2)
 
-    def partial_sum():
-        return lax.dot_general(x_ref[...], w_ref[...], _CONTRACT_LAST, preferred_element_type=jnp.float32)
-
-    # The first K step stores its product (no zero fill, one read-modify-write less); later ones add to it.
     @pl.when(k == 0)
-    def _first():
-        acc_ref[...] = partial_sum()
+    def _init_acc():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
 
-    @pl.when(k > 0)
-    def _accumulate():
-        acc_ref[...] += partial_sum()
+    acc_ref[...] += lax.dot_general(x_ref[...], w_ref[...], _CONTRACT_LAST, preferred_element_type=jnp.float32)
 
     @pl.when(k == pl.num_programs(2) - 1)
     def _epilogue():

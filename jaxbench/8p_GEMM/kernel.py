@@ -11,12 +11,9 @@ from jax.experimental.pallas import tpu as pltpu
 # Candidate values per tunable, for the autotuner. The defaults (1024 x 2048 x 4096) were picked by `maxkernel
 # autotune` on its TPU estimate: on a v6e the 512 x 1024 tiles re-read x and w so often that the kernel is
 # memory-bound (7.2 ms against XLA's 4.2), and each K step re-reads and re-writes the f32 accumulator, so a longer
-# block_k cuts that overhead (4.53 -> 4.43 -> 4.38 ms on v6e for block_k 1024 -> 2048 -> 4096). Writing the first
-# partial product into the accumulator (no zero fill) and adding the last one on its way to the output (no final
-# write and re-read) took the same tiles to 4.27 ms against XLA's 4.19 (`maxkernel estimate --set`, v6e). Larger
-# tiles estimate slower (2048 x 2048 x 2048: 4.96 ms; one K step of 8192: 5.66 ms). These tiles need about 80 MiB
-# of VMEM, so the kernel asks for a scoped limit to match (v5e and v6e have 128 MiB); not every combination
-# compiles, and the autotuner treats a compile failure as a rejected candidate.
+# block_k cuts that overhead (4.53 -> 4.43 -> 4.38 ms on v6e for block_k 1024 -> 2048 -> 4096). These tiles need
+# about 64 MiB of VMEM, so the kernel asks for a scoped limit to match (v5e and v6e have 128 MiB); not every
+# combination compiles, and the autotuner treats a compile failure as a rejected candidate.
 TUNABLES = {
     "block_m": (256, 512, 1024, 2048),
     "block_n": (512, 1024, 2048),
@@ -55,36 +52,28 @@ class BlockSizes:
 
 
 def _vmem_limit(bs: "BlockSizes", in_dtype, out_dtype) -> int:
-    """Scoped VMEM for these tiles: double-buffered a, b and output blocks, the f32 accumulator and the f32 partial
-    product, with a quarter more for Mosaic's own scratch; never below the 16 MiB default, never above 100 MiB (v5e and v6e have 128)."""
+    """Scoped VMEM for these tiles: double-buffered a, b and output blocks plus the f32 accumulator, with a quarter
+    more for Mosaic's own scratch; never below the 16 MiB default, never above 100 MiB (v5e and v6e have 128)."""
     isz, osz = jnp.dtype(in_dtype).itemsize, jnp.dtype(out_dtype).itemsize
     tiles = 2 * isz * (bs.block_m * bs.block_k + bs.block_k * bs.block_n) + 2 * osz * bs.block_m * bs.block_n
-    need = tiles + 2 * 4 * bs.block_m * bs.block_n  # the f32 accumulator and the dot's f32 result
+    need = tiles + 4 * bs.block_m * bs.block_n
     return int(min(max(need * 5 // 4, 16 << 20), 100 << 20))
 
 
 def _matmul_kernel(a_ref, b_ref, o_ref, acc_ref):
     # a_ref: [block_m, block_k], b_ref: [block_k, block_n], o_ref / acc_ref: [block_m, block_n]
-    k, last = pl.program_id(2), pl.num_programs(2) - 1
+    k = pl.program_id(2)
 
-    def partial_sum():
-        return jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+    @pl.when(k == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
 
-    @pl.when((k == 0) & (k != last))
-    def _first():
-        acc_ref[...] = partial_sum()
+    acc_ref[...] += jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
 
-    @pl.when((k > 0) & (k != last))
-    def _middle():
-        acc_ref[...] += partial_sum()
-
-    @pl.when((k == last) & (k > 0))
+    # The output block stays resident across the K axis, so it is stored once, after the last partial sum.
+    @pl.when(k == pl.num_programs(2) - 1)
     def _store():
-        o_ref[...] = (acc_ref[...] + partial_sum()).astype(o_ref.dtype)
-
-    @pl.when((k == last) & (k == 0))
-    def _only():
-        o_ref[...] = partial_sum().astype(o_ref.dtype)
+        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
 
 
 @functools.partial(jax.jit, static_argnames=("block_m", "block_n", "block_k"))

@@ -301,4 +301,6 @@ def test_the_table_on_ray_makes_the_local_backends_records(tmp_path, settings, m
     assert any(line.endswith("rms_wrong (as a Ray task)") for line in lines)
     assert ray["summary"] == local["summary"]
     again = run_table(tasks[1:], ["v5e"], tmp_path / "ray", backend="ray")  # 12p, out of time, would be retried
-    assert again["rows"][0]["resumed"] and again["rows"][0]["ran_on"] == ray["rows"][1]["ran_on"]
+    kept = {r["task"]: r for r in again["rows"]}  # 12p stays in the folder's table from its earlier record
+    assert kept["rms_wrong"]["resumed"] and kept["rms_wrong"]["ran_on"] == ray["rows"][1]["ran_on"]
+    assert set(kept) == {"12p_RMSNorm", "rms_wrong"}
