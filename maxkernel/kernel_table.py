@@ -368,7 +368,14 @@ def _write(folder: Path, rows: list[dict], chips: list[str]) -> dict:
 def _folder_rows(folder: Path, chips: list[str]) -> list[dict]:
     """The records under `folder` that belong in a table for `chips`: those made for every one of them, and every
     kernel not judged correct (it has no chip cells)."""
-    rows = [json.loads(f.read_text()) for f in sorted((folder / RECORDS).glob("*.json"))]
+    rows = []
+    for f in sorted((folder / RECORDS).glob("*.json")):
+        try:
+            row = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue  # a record edited by hand or cut short: its task is redone by the next run, not the table's end
+        if isinstance(row, dict) and "task" in row:
+            rows.append(row)
     return [r for r in rows if all(c in (r.get("chips") or {}) for c in chips) or not r.get("correct")]
 
 

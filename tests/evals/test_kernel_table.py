@@ -172,6 +172,7 @@ def test_a_run_over_some_tasks_keeps_the_other_recorded_rows_in_the_table(tmp_pa
     kt.run_table(kt.table_tasks("jaxbench", ["12p_RMSNorm", "8p_GEMM"]), ["v5e"], tmp_path)
     kt.run_table(kt.table_tasks("jaxbench", ["1p_Flash_Attention"]), ["v6e"], tmp_path)  # another chip: not in it
     (tmp_path / "records" / "8p_GEMM.json").unlink()
+    (tmp_path / "records" / "half.json").write_text('{"task": "half", "chi')  # a record cut short: skipped
     lines: list[str] = []
     doc = kt.run_table(kt.table_tasks("jaxbench", ["8p_GEMM"]), ["v5e"], tmp_path, progress=lines.append)
     assert [r["task"] for r in doc["rows"]] == ["12p_RMSNorm", "8p_GEMM"]

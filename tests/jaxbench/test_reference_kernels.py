@@ -161,6 +161,9 @@ def _heavy_outside(mod, name) -> tuple[int, list, list]:
                 walk(sub)
 
     walk(closed.jaxpr)
+    # Many small ops add up: XLA work cut into pieces of under 1/64 each still counts once it passes 1/8 in all.
+    if sum(n for _op, n in small) * 8 > out_size:
+        outside, small = outside + small, []
     return len(kernels), outside, small
 
 
@@ -186,6 +189,16 @@ def test_a_kernel_doing_its_work_in_xla_fails_the_heavy_work_check():
     mod.rescale = softmax_in_xla
     kernels, outside, _small = _heavy_outside(mod, "50k_Matmul_GELU_Softmax")
     assert kernels == 1 and {op for op, _n in outside} == {"reduce_sum", "div"}, outside
+
+    def softmax_in_xla_pieces(e, factor, out_dtype, bs):  # the same, 2 rows at a time: no op above 1/64
+        e = e.astype(jnp.float32)
+        rows = [e[i:i + 2] for i in range(0, e.shape[0], 2)]
+        return jnp.concatenate([r / jnp.sum(r, axis=-1, keepdims=True) for r in rows]).astype(out_dtype)
+
+    _, mod = _kernel("50k_Matmul_GELU_Softmax")
+    mod.rescale = softmax_in_xla_pieces
+    kernels, outside, _small = _heavy_outside(mod, "50k_Matmul_GELU_Softmax")
+    assert kernels == 1 and {"reduce_sum", "div"} <= {op for op, _n in outside}, outside
 
 
 @pytest.mark.parametrize("name", NAMES)
