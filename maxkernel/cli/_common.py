@@ -193,7 +193,7 @@ def chip_option(*, what: str, allow_native: bool = True, tpu_only: bool = False,
 
 
 def target_options(*, size: str = "smoke", chip: str | None = None, chip_help: str | None = None,
-                   allow_native: bool = True, tpu_only: bool = False, kernel: bool = True,
+                   allow_native: bool = True, tpu_only: bool = False, kernel: bool | str = True,
                    tunables: bool = True) -> Callable:
     """--task, --kernel, --size, --chip and --set, checked by `preflight` and handed to the command as one
     `target: Target` argument; --json as `as_json`.
@@ -211,14 +211,18 @@ def target_options(*, size: str = "smoke", chip: str | None = None, chip_help: s
                 chip_name = resolve_chip(chip_name, allow_native=allow_native, tpu_only=tpu_only)
             target = preflight(task, kernel_file, size_name, chip_name, allow_native=allow_native, tpu_only=tpu_only)
             if sets:
+                if target.kernel is None:
+                    raise UsageError("--set changes a kernel's workload() defaults: it needs --kernel")
                 target = with_tunables(target, sets)
             return fn(*args, target=target, **kw)
 
         opts = [click.option("--task", required=True, shell_complete=_complete_task,
                              help="a suite task name (8p_GEMM) or a JAXBench-style task folder")]
         if kernel:
-            opts.append(click.option("--kernel", "kernel_file", required=True, type=click.Path(dir_okay=False),
-                                     help="Python file defining workload(*inputs)"))
+            optional = kernel == "optional"  # the command works on the task's baseline alone without one
+            opts.append(click.option("--kernel", "kernel_file", required=not optional, type=click.Path(dir_okay=False),
+                                     help="Python file defining workload(*inputs)"
+                                          + ("; without it, the task's XLA baseline alone" if optional else "")))
         if kernel and tunables:
             opts.append(click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
                                      help="run the kernel with this keyword default of workload() changed (a "

@@ -80,15 +80,16 @@ def compile_cmd(target: Target, timeout: float | None, as_json: bool) -> None:
 
 
 @click.command()
-@target_options(size="full", chip="settings", allow_native=False, tpu_only=True, chip_help="TPU chip to estimate for")
+@target_options(size="full", chip="settings", allow_native=False, tpu_only=True, chip_help="TPU chip to estimate for",
+                kernel="optional")
 def estimate(target: Target, as_json: bool) -> None:
-    """Estimated TPU time of a kernel and of the task's baseline, on a CPU (libtpu's static profile). Exit 0
-    estimated, 1 not (the kernel does not compile, a profile failed), 2 usage."""
+    """Estimated TPU time of a kernel and of the task's baseline (without --kernel, the baseline alone), on a CPU
+    (libtpu's static profile). Exit 0 estimated, 1 not (the kernel does not compile, a profile failed), 2 usage."""
     from maxkernel.tools.estimate_tpu import estimate_tpu_time
 
-    progress(f"estimating {target.kernel} and the {target.task.name} baseline on {target.chip} ({target.size} size): "
-             "profiled compiles on shrunk shapes in sandboxes")
-    r = estimate_tpu_time(_spec(target), str(target.kernel), target.chip, target.size)
+    what = f"{target.kernel} and the {target.task.name} baseline" if target.kernel else f"the {target.task.name} baseline"
+    progress(f"estimating {what} on {target.chip} ({target.size} size): profiled compiles on shrunk shapes in sandboxes")
+    r = estimate_tpu_time(_spec(target), str(target.kernel) if target.kernel else None, target.chip, target.size)
     lines = [r.summary]
     if r.ok:
         lines.append(f"floors: compute {r.floors['compute_ms']:.3g} ms, memory {r.floors['memory_ms']:.3g} ms; "

@@ -32,7 +32,7 @@ from maxkernel.settings import get_settings
 __all__ = ["ProgramEstimate", "Estimate", "estimate", "estimate_program", "task_work", "roofline_floors",
            "TaskBaselineError", "METHOD", "LABEL", "METHOD_VERSION", "DEFAULT_PARALLEL_DIMS"]
 
-METHOD_VERSION = 2  # part of every cache key: bump when the method changes what it reports
+METHOD_VERSION = 3  # part of every cache key: bump when the method changes what it reports
 LABEL = "TPU estimate (libtpu static profile + roofline floor), not a measured time"
 METHOD = ("static LLO profile on a shrunk grid, extrapolated, floored by roofline: libtpu's estimated cycles for the "
           "program compiled deviceless at two or three sizes with parallel dimensions halved (blocks and reduction axes "
@@ -45,6 +45,11 @@ DEFAULT_PARALLEL_DIMS = ("batch", "batch_size", "batch_tokens", "num_seqs")
 # work per tile is too small to show the steady state (see estimate_job.plan).
 KERNEL_TILES = 1
 KERNEL_MIN_SHARE = 1 / 64  # ... of the profiling budget: the least work a kernel's smallest profiled size does
+# A static profile below these shares of the task's floors misses work: it is reported under-priced, with the reason.
+# FLOPs: no program beats peak (a 10 % margin for rounding in the task's count). Bytes: libtpu's DMA model is
+# optimistic (it implied ~1.4 TB/s on v5e's 0.82), so only a profile under half the HBM floor is taken as missing work.
+UNDER_FLOPS = 0.9
+UNDER_BYTES = 0.5
 # A libtpu abort (the whole process dies) whose known cause this flag avoids; the estimate then describes a
 # slightly different program (VMEM memory-space assignment off) and says so.
 _RETRY_FLAG = "--xla_vf_vmem_memory_space_assignment=false"
@@ -120,6 +125,8 @@ class ProgramEstimate(BaseModel):
     fit: dict = Field(default_factory=dict, description="Shrunk shapes, their cycles, the line fitted through them.")
     limits: list[str] = Field(default_factory=list, description="What this estimate assumed or could not see.")
     data_dependent: bool = False
+    under_priced: str | None = Field(None, description="Why the static profile prices less than the task's work "
+                                     "physically needs (a finding: the estimate then is the floor, not the profile).")
     libtpu_flags: list[str] = Field(default_factory=list)
     libtpu: str | None = None
     error: str | None = None
@@ -152,6 +159,7 @@ class Estimate(BaseModel):
     fit: dict = Field(default_factory=dict)
     limits: list[str] = Field(default_factory=list)
     data_dependent: bool = False
+    under_priced: str | None = Field(None, description="The estimated program's profile is below its floors: why.")
     libtpu: str | None = None
     kernel: ProgramEstimate | None = None
     baseline: ProgramEstimate | None = None
@@ -233,13 +241,17 @@ def _combine(kern: ProgramEstimate | None, base: ProgramEstimate, chip, size: st
     summary = (f"TPU estimate on {chip.name} ({size} size): {main.estimated_ms:.3g} ms, {main.bound}-bound, {at}"
                + (f"; XLA baseline {base.estimated_ms:.3g} ms, speedup {speedup:.2f}x" if speedup else "")
                + (" [data-dependent: floored by the task's work]" if main.data_dependent else "")
+               + (" [under-priced: the static profile misses work (see under_priced)]" if main.under_priced else "")
+               + (" [the baseline is under-priced: its static profile misses work]"
+                  if kern and base.ok and base.under_priced else "")
                + ". Estimated from libtpu's static profile, not measured.")
     return Estimate(ok=True, summary=summary, estimated_ms=main.estimated_ms,
                     baseline_estimated_ms=base.estimated_ms if base.ok else None, speedup_estimate=speedup,
                     bound=main.bound, floors=main.floors, roofline_ms=main.roofline_ms,
                     own_floor_ms=main.own_floor_ms, static_cycles_ms=main.static_cycles_ms,
                     fraction_of_roofline=main.fraction_of_roofline, fit=main.fit, limits=limits,
-                    data_dependent=main.data_dependent or (kern is not None and base.data_dependent), **common)
+                    data_dependent=main.data_dependent or (kern is not None and base.data_dependent),
+                    under_priced=main.under_priced, **common)
 
 
 def _cache_path(key: str) -> Path:
@@ -248,10 +260,10 @@ def _cache_path(key: str) -> Path:
 
 def _method_digest() -> str:
     """Hash of the estimator's own code: a changed method never reads an old method's cached figures."""
-    from maxkernel.harness import estimate_job
+    from maxkernel.harness import estimate_job, hlo_loops
 
     h = hashlib.sha256(str(METHOD_VERSION).encode())
-    for path in (Path(__file__), Path(estimate_job.__file__)):
+    for path in (Path(__file__), Path(estimate_job.__file__), Path(hlo_loops.__file__)):
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
@@ -404,15 +416,25 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
     clock, bw = chip.clock, chip.device_hbm_bytes_per_s
     limits: list[str] = []
     rows = []
+    unknown_loops: list[str] = []
     for p in points:
-        raw = sum(int(c) for c in p["ops"].values())
-        fill_bytes = sum(int(b) for b in p["zero_cycle_bytes"].values())
+        trips = p.get("trips") or {}  # ops inside while loops run once per trip; the profile prices one
+        raw = sum(int(c) * max(int(trips.get(n, 1)), 1) for n, c in p["ops"].items())
+        once = sum(int(c) for c in p["ops"].values())
+        fill_bytes = sum(int(b) * max(int(trips.get(n, 1)), 1) for n, b in p["zero_cycle_bytes"].items())
         fill = fill_bytes / bw * clock
+        loops = p.get("loops") or []
+        unknown_loops += [f"{lp['name']} ({lp['why']})" for lp in loops if lp.get("trip_count") is None]
         rows.append({"dims": {d: p["dims"][d] for d in plan["shrunk_dims"]} or "full", "x": float(p["x"]),
                      "tiles": p.get("tiles"), "cycles": raw, "zero_cycle_ops": len(p["zero_cycle_bytes"]),
-                     "zero_cycle_fill_cycles": round(fill), "compile_s": round(float(p["compile_s"]), 2)})
+                     "zero_cycle_fill_cycles": round(fill), "compile_s": round(float(p["compile_s"]), 2),
+                     **({"loop_trips": [lp.get("trip_count") for lp in loops], "cycles_once": once} if loops else {})})
     if any(r["zero_cycle_ops"] for r in rows):
         limits.append("ops priced at 0 cycles by the profiler were filled with their HBM bytes / bandwidth")
+    if any(r.get("loop_trips") for r in rows):
+        counts = sorted({t for r in rows for t in r.get("loop_trips", []) if t is not None})
+        limits.append("ops inside while loops priced once per trip (trip counts read from the compiled program: "
+                      + ", ".join(map(str, counts)) + " at the profiled sizes)")
     xs = [r["x"] for r in rows]
     ys = [r["cycles"] + r["zero_cycle_fill_cycles"] for r in rows]
     raw_ys = [r["cycles"] for r in rows]
@@ -461,6 +483,11 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
         if c.get("vmem_limit_bytes"):
             limits.append(f"{c['name']} asks for a {int(c['vmem_limit_bytes']) >> 20} MiB scoped VMEM limit")
     estimated = max(cycles_ms, compute_ms, memory_ms)
+    under = _under_priced(raw_full / clock * 1e3, cycles_ms, floors, sorted(set(unknown_loops)))
+    if under:
+        under += (". The estimate is the program's floor, not a priced program" if cycles_ms < estimated else
+                  ". The estimate stands on the 0-cycle ops' HBM fill, a rough stand-in for the work not priced")
+        limits.append(f"under-priced: {under}")
     top = max(compute_ms, memory_ms)
     bound = "compute" if compute_ms >= memory_ms else "memory"
     if top <= 0 or estimated > 4 * top:
@@ -478,7 +505,25 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
                            roofline_ms=roofline, own_floor_ms=top,
                            static_cycles_ms=raw_full / clock * 1e3,
                            fraction_of_roofline=roofline / estimated if roofline else None,
-                           fit=fit, limits=limits, data_dependent=data_dependent)
+                           fit=fit, limits=limits, data_dependent=data_dependent, under_priced=under)
+
+
+def _under_priced(static_ms: float, filled_ms: float, floors: dict, unknown_loops: list[str]) -> str | None:
+    """Why the profile prices less than the work physically needs, or None: a profile below the task's FLOP floor
+    (or far below its HBM floor) misses work, and the estimate then stands on the floor, not on the profile."""
+    why = []
+    if floors["compute_ms"] and static_ms < UNDER_FLOPS * floors["compute_ms"]:
+        why.append(f"its static profile ({static_ms:.3g} ms) is below the task's FLOP floor "
+                   f"({floors['compute_ms']:.3g} ms at peak)")
+    if floors["memory_ms"] and filled_ms < UNDER_BYTES * floors["memory_ms"]:
+        why.append(f"its static profile with 0-cycle ops filled ({filled_ms:.3g} ms) is under {UNDER_BYTES:.0%} of "
+                   f"the task's HBM floor ({floors['memory_ms']:.3g} ms), beyond the profiler's known DMA optimism")
+    if not why:
+        return None
+    cause = (f"loops whose trip count could not be read were priced once: {'; '.join(unknown_loops)}" if unknown_loops
+             else "the profile misses work (an op it prices at 0 cycles that moves no bytes it can see, or "
+                  "work outside the profiled module), or the task's declared FLOPs exceed what the program does")
+    return "; ".join(why) + f". Likely cause: {cause}"
 
 
 def _line_fit(xs: list[float], ys: list[float]) -> tuple[float | None, float | None, float | None]:

@@ -17,6 +17,7 @@ import re
 import time
 from pathlib import Path
 
+from maxkernel.harness import hlo_loops
 from maxkernel.harness.vmem_footprint import walk_eqns as _walk
 
 __all__ = ["run", "PROGRESS_FILE", "DUMP_DIR", "parse_profile", "zero_cycle_bytes", "pallas_facts", "block_traffic",
@@ -37,6 +38,9 @@ _BITS = {"pred": 8, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "s16": 16, "u16": 16, "s
 # HLO opcodes that move no data (views and bookkeeping): a 0-cycle price is right for them.
 _FREE_OPS = {"bitcast", "tuple", "get-tuple-element", "parameter", "constant", "after-all", "partition-id",
              "replica-id", "opt-barrier", "add-dependency"}
+# Custom calls that move no data: AllocateBuffer reserves the output a loop then fills (lax.map's stacked result);
+# its bytes move in the loop's own ops, once per trip.
+_FREE_CALLS = ("AllocateBuffer",)
 # Primitives whose work depends on values the static profile cannot see.
 _DATA_DEPENDENT = {"ragged_dot", "ragged_dot_general", "ragged_all_to_all"}
 
@@ -62,8 +66,8 @@ def zero_cycle_bytes(hlo_text: str, names: list[str]) -> dict[str, int]:
             continue
         line = m.group(1).split(", metadata=")[0].split(", backend_config=")[0]
         op = re.match(r"(?:\(.*?\)|\S+)\s+([\w-]+)\(", line)
-        if op and op.group(1) in _FREE_OPS:
-            continue  # moves nothing: a view or bookkeeping
+        if op and op.group(1) in _FREE_OPS or any(f'custom_call_target="{t}"' in line for t in _FREE_CALLS):
+            continue  # moves nothing: a view, bookkeeping, or a buffer reserved for a loop to fill
         total = 0
         for dtype, dims in _SHAPE.findall(line):
             n = math.prod(int(d) for d in dims.split(",") if d) if dims else 1
@@ -194,7 +198,11 @@ def _profiled_compile(fn, structs, chip, device, dump: Path) -> dict:
     ops = parse_profile(text)
     hlo = compiled.as_text() or ""
     zero = zero_cycle_bytes(hlo, [n for n, c in ops.items() if c == 0])
-    return {"ops": ops, "zero_cycle_bytes": zero, "compile_s": compile_s, "profile_files": len(list(dump.glob("*")))}
+    # The profile prices each op once; an op inside a while loop runs once per trip (hlo_loops).
+    trips, loops = hlo_loops.op_trips(hlo)
+    return {"ops": ops, "zero_cycle_bytes": zero, "compile_s": compile_s, "profile_files": len(list(dump.glob("*"))),
+            "trips": {n: t for n, t in trips.items() if n in ops},
+            "loops": [{"name": lp["name"], "trip_count": lp["trip_count"], "why": lp["why"]} for lp in loops]}
 
 
 def task_dims(task, size: str) -> dict:

@@ -7,7 +7,7 @@ from maxkernel.harness.estimate import Estimate, estimate
 __all__ = ["estimate_tpu_time"]
 
 
-def estimate_tpu_time(task: str, kernel: str, chip: str = "v5e", size: str = "full",
+def estimate_tpu_time(task: str, kernel: str | None, chip: str = "v5e", size: str = "full",
                       tunables: dict | None = None) -> Estimate:
     """Estimates a Pallas kernel's run time on a TPU chip, and the task's XLA baseline's, without that chip.
 
@@ -21,7 +21,7 @@ def estimate_tpu_time(task: str, kernel: str, chip: str = "v5e", size: str = "fu
 
     Args:
         task: Suite task name (e.g. "8p_GEMM") or a task folder path.
-        kernel: Path of the kernel file defining workload(*inputs).
+        kernel: Path of the kernel file defining workload(*inputs); None estimates the task's XLA baseline alone.
         chip: v4, v5e (default), v5p, v6e or 7x.
         size: "full" (default: the benchmark's shapes) or "smoke".
         tunables: Keyword arguments for workload(), e.g. {"block_m": 512}.
@@ -36,4 +36,4 @@ def estimate_tpu_time(task: str, kernel: str, chip: str = "v5e", size: str = "fu
         return Estimate(ok=False, chip=str(chip), size=str(size), stage="input",
                         error=f"tunables must be a mapping of keyword -> value, not {type(tunables).__name__}",
                         summary="Not estimated: tunables must be a mapping of keyword -> value")
-    return estimate(str(task), str(kernel), str(chip), str(size), tunables)
+    return estimate(str(task), str(kernel) if kernel is not None else None, str(chip), str(size), tunables)

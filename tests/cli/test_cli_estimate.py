@@ -57,3 +57,20 @@ def test_evaluate_off_a_tpu_carries_the_estimate_labelled():
     assert est["ok"] and est["chip"] == "v5e" and est["speedup_estimate"] > 0 and "not a measured" in est["label"]
     off = mk("evaluate", *RMS, "--json", env={"MAXKERNEL_ESTIMATE": "false"})
     assert json.loads(off.stdout)["estimate"] is None
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_estimate_without_a_kernel_prices_the_tasks_baseline_alone():
+    r = mk("estimate", "--task", "12p_RMSNorm", "--chip", "v5e", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["ok"] and doc["programs"]["kernel"] is None and doc["programs"]["baseline"]["program"] == "baseline"
+    assert doc["estimated_ms"] == doc["programs"]["baseline"]["estimated_ms"] and doc["speedup_estimate"] is None
+    assert "the 12p_RMSNorm baseline" in r.stderr and "under_priced" in doc
+
+
+@pytest.mark.unit
+def test_estimate_set_without_a_kernel_is_a_usage_error():
+    r = mk("estimate", "--task", "12p_RMSNorm", "--set", "block_rows=8", timeout=120)
+    assert r.returncode == 2 and "--kernel" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

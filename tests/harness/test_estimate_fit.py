@@ -14,12 +14,13 @@ IO = 2 * (8192 * 8192 + 2 * 8192 * 28672)
 BASE = dict(ok=False, program="kernel", chip="v5e", libtpu_flags=[], libtpu="test")
 
 
-def lines(points, spec_bytes=None, calls=()):
+def lines(points, spec_bytes=None, calls=(), trips=None, loops=None):
     head = {"plan": {"shrunk_dims": ["M"], "full_dims": {"M": 8192, "K": 8192, "N": 28672}, "rejected": {}},
             "facts": {"pallas_calls": list(calls), "data_dependent": []},
             "block_traffic": {"bytes": spec_bytes, "notes": []}}
     return [head] + [{"point": {"dims": {"M": 8192 * x}, "x": x, "tiles": None, "ops": ops, "zero_cycle_bytes": zb,
-                                "compile_s": 1.0}} for x, ops, zb in points]
+                                "compile_s": 1.0, "trips": trips or {}, "loops": loops or []}}
+                     for x, ops, zb in points]
 
 
 def test_a_line_is_read_at_full_size_and_floored():
@@ -37,6 +38,33 @@ def test_cycles_below_the_floor_give_the_floor():
     pts = [(x, {"k": int(10 * x * 64)}, {}) for x in (1 / 64, 1 / 32, 1 / 16)]  # absurdly fast: a forged profile
     e = _fit(BASE, lines(pts), load_task("8p_GEMM"), V5E, "full", IO)
     assert e.estimated_ms == pytest.approx(e.floors["compute_ms"]) and e.fraction_of_roofline == pytest.approx(1.0)
+    # ... and says so: a profile below the FLOP floor is a finding, never silently floored
+    assert "below the task's FLOP floor" in e.under_priced and any(x.startswith("under-priced") for x in e.limits)
+
+
+def test_an_honest_profile_is_not_under_priced():
+    pts = [(x, {"k": int(1000 + 3e7 * x)}, {}) for x in (1 / 64, 1 / 32, 1 / 16)]
+    assert _fit(BASE, lines(pts), load_task("8p_GEMM"), V5E, "full", IO).under_priced is None
+
+
+def test_ops_inside_a_loop_are_priced_once_per_trip():
+    # The profile prices the loop's body once (1e5 cycles per tenth of the work); it runs 16 times a point.
+    body, outside, fill = 100_000, 5_000, 1 << 20
+    pts = [(x, {"body": int(body * 10 * x), "outside": outside, "dus": 0}, {"dus": fill}) for x in (1 / 4, 1 / 2, 1)]
+    loops = [{"name": "while", "trip_count": 16, "why": None}]
+    e = _fit(BASE, lines(pts, trips={"body": 16, "dus": 16}, loops=loops), load_task("8p_GEMM"), V5E, "full", IO)
+    filled = 16 * fill / V5E.device_hbm_bytes_per_s * V5E.clock
+    assert e.fit["cycles_full"] == pytest.approx(16 * body * 10 + outside + filled, rel=1e-6)
+    assert e.fit["points"][-1]["cycles_once"] == body * 10 + outside
+    assert any("once per trip" in x and "16" in x for x in e.limits)
+
+
+def test_a_loop_of_unknown_count_is_named_when_the_profile_falls_below_the_floor():
+    pts = [(x, {"body": int(1e5 * x)}, {}) for x in (1 / 4, 1 / 2, 1)]
+    loops = [{"name": "while.3", "trip_count": None, "why": "the loop's condition is not a comparison"}]
+    e = _fit(BASE, lines(pts, trips={"body": -1}, loops=loops), load_task("8p_GEMM"), V5E, "full", IO)
+    assert e.under_priced and "while.3 (the loop's condition is not a comparison)" in e.under_priced
+    assert e.fit["cycles_full"] == pytest.approx(1e5, rel=1e-6)  # priced once, not guessed
 
 
 def test_zero_cycle_ops_are_filled_with_their_hbm_time():
