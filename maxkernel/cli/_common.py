@@ -194,7 +194,7 @@ def chip_option(*, what: str, allow_native: bool = True, tpu_only: bool = False,
 
 def target_options(*, size: str = "smoke", chip: str | None = None, chip_help: str | None = None,
                    allow_native: bool = True, tpu_only: bool = False, kernel: bool | str = True,
-                   tunables: bool = True) -> Callable:
+                   tunables: bool = True, task: bool | str = True) -> Callable:
     """--task, --kernel, --size, --chip and --set, checked by `preflight` and handed to the command as one
     `target: Target` argument; --json as `as_json`.
 
@@ -206,17 +206,23 @@ def target_options(*, size: str = "smoke", chip: str | None = None, chip_help: s
 
     def decorate(fn: Callable) -> Callable:
         @functools.wraps(fn)
-        def wrapper(*args, task, kernel_file=None, size_name, chip_name=None, sets=(), **kw):
+        def wrapper(*args, task_name=None, kernel_file=None, size_name, chip_name=None, sets=(), **kw):
             if chip == "settings":  # the chip first, as preflight does: cheapest check first
                 chip_name = resolve_chip(chip_name, allow_native=allow_native, tpu_only=tpu_only)
-            target = preflight(task, kernel_file, size_name, chip_name, allow_native=allow_native, tpu_only=tpu_only)
+            if task_name is None:  # task="optional": the command has another way to name its program
+                if kernel_file is not None or sets:
+                    raise UsageError("--kernel and --set need --task (the task the kernel is for)")
+                chip_checked = check_chip(chip_name, allow_native=allow_native, tpu_only=tpu_only) if chip_name else None
+                return fn(*args, target=Target(task=None, kernel=None, size=size_name, chip=chip_checked), **kw)
+            target = preflight(task_name, kernel_file, size_name, chip_name, allow_native=allow_native,
+                               tpu_only=tpu_only)
             if sets:
                 if target.kernel is None:
                     raise UsageError("--set changes a kernel's workload() defaults: it needs --kernel")
                 target = with_tunables(target, sets)
             return fn(*args, target=target, **kw)
 
-        opts = [click.option("--task", required=True, shell_complete=_complete_task,
+        opts = [click.option("--task", "task_name", required=task is True, shell_complete=_complete_task,
                              help="a suite task name (8p_GEMM) or a JAXBench-style task folder")]
         if kernel:
             optional = kernel == "optional"  # the command works on the task's baseline alone without one

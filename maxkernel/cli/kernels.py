@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from maxkernel.cli._common import Target, emit, progress, target_options, use_chip
+from maxkernel.cli._common import Target, emit, progress, resolve_chip, target_options, use_chip
 
 __all__ = ["COMMANDS", "evaluate", "compile_cmd", "estimate", "test", "profile", "autotune"]
 
@@ -81,15 +81,45 @@ def compile_cmd(target: Target, timeout: float | None, as_json: bool) -> None:
 
 @click.command()
 @target_options(size="full", chip="settings", allow_native=False, tpu_only=True, chip_help="TPU chip to estimate for",
-                kernel="optional")
-def estimate(target: Target, as_json: bool) -> None:
-    """Estimated TPU time of a kernel and of the task's baseline (without --kernel, the baseline alone), on a CPU
-    (libtpu's static profile). Exit 0 estimated, 1 not (the kernel does not compile, a profile failed), 2 usage."""
+                kernel="optional", task="optional")
+@click.option("--program", metavar="FILE.py:FN|MODULE:FN", default=None,
+              help="estimate any JAX function instead of a task's program (with --arg; no --task)")
+@click.option("--arg", "args", multiple=True, metavar="DTYPE[DIMS]",
+              help="with --program: one per positional argument, as in task new (bf16[B=8,4096])")
+@click.option("--arg-gen", "gens", multiple=True, metavar="GEN", help="with --program: input generator per --arg")
+@click.option("--static", "statics", multiple=True, metavar="NAME=VALUE",
+              help="with --program: keyword argument bound on every call")
+@click.option("--parallel", multiple=True, metavar="DIM",
+              help="with --program: a dim the program computes independently along (the estimator shrinks it); "
+                   "default the one dim leading every argument")
+@click.option("--flops", type=click.IntRange(min=1), default=None,
+              help="with --program: its FLOPs at full size (default: XLA's cost analysis, which counts a loop body once)")
+def estimate(target: Target, program: str | None, args: tuple, gens: tuple, statics: tuple, parallel: tuple,
+             flops: int | None, as_json: bool) -> None:
+    """Estimated TPU time of a kernel and of the task's baseline (without --kernel, the baseline alone; with
+    --program and --arg, any JAX function), on a CPU (libtpu's static profile). Exit 0 estimated, 1 not (the kernel
+    does not compile, a profile failed), 2 usage."""
+    from maxkernel.cli._common import UsageError
     from maxkernel.tools.estimate_tpu import estimate_tpu_time
 
-    what = f"{target.kernel} and the {target.task.name} baseline" if target.kernel else f"the {target.task.name} baseline"
-    progress(f"estimating {what} on {target.chip} ({target.size} size): profiled compiles on shrunk shapes in sandboxes")
-    r = estimate_tpu_time(_spec(target), str(target.kernel) if target.kernel else None, target.chip, target.size)
+    notes: list[str] = []
+    if program is None and target.task is None:
+        raise UsageError("name what to estimate: --task T [--kernel K], or --program FILE.py:FN with --arg specs")
+    if program is not None:
+        if target.task is not None:
+            raise UsageError("--program estimates a function of its own: give it without --task and --kernel")
+        spec, notes = _program_spec(program, list(args), list(gens), list(statics), list(parallel), flops)
+        what = f"{program} ({', '.join(args)})"
+        kernel = None
+    else:
+        if args or gens or statics or parallel or flops:
+            raise UsageError("--arg, --arg-gen, --static, --parallel and --flops go with --program")
+        spec, kernel = _spec(target), str(target.kernel) if target.kernel else None
+        what = f"{target.kernel} and the {target.task.name} baseline" if kernel else f"the {target.task.name} baseline"
+    chip = target.chip or resolve_chip(None, allow_native=False, tpu_only=True)
+    progress(f"estimating {what} on {chip} ({target.size} size): profiled compiles on shrunk shapes in sandboxes")
+    r = estimate_tpu_time(spec, kernel, chip, target.size)
+    r.limits[:0] = notes
     lines = [r.summary]
     if r.ok:
         lines.append(f"floors: compute {r.floors['compute_ms']:.3g} ms, memory {r.floors['memory_ms']:.3g} ms; "
@@ -98,6 +128,21 @@ def estimate(target: Target, as_json: bool) -> None:
     emit(as_json, r.model_dump(exclude={"kernel", "baseline"}) | {"programs": {
         "kernel": r.kernel.model_dump() if r.kernel else None,
         "baseline": r.baseline.model_dump() if r.baseline else None}}, "\n".join(lines), ok=r.ok)
+
+
+def _program_spec(program: str, args: list, gens: list, statics: list, parallel: list, flops: int | None):
+    """The task folder --program and its --arg specs make (under the cache folder), and what it assumed."""
+    from maxkernel.cli._common import UsageError
+    from maxkernel.settings import get_settings
+    from maxkernel.tasknew.program import program_task
+    from maxkernel.tasknew.specs import SpecError
+
+    try:
+        task, notes = program_task(program, args, get_settings().cache_dir / "programs", gens=gens, static=statics,
+                                   parallel=parallel, flops=flops)
+    except SpecError as exc:
+        raise UsageError(str(exc).replace("--from", "--program")) from None
+    return str(task.path), notes
 
 
 @click.command()

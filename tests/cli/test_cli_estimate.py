@@ -74,3 +74,51 @@ def test_estimate_without_a_kernel_prices_the_tasks_baseline_alone():
 def test_estimate_set_without_a_kernel_is_a_usage_error():
     r = mk("estimate", "--task", "12p_RMSNorm", "--set", "block_rows=8", timeout=120)
     assert r.returncode == 2 and "--kernel" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+PROGRAM = '''import jax
+import jax.numpy as jnp
+
+
+def chunked(x, w):
+    """tanh(x @ w) in 1024-row blocks through lax.map."""
+    parts = x.reshape(-1, 1024, x.shape[-1])
+    out = jax.lax.map(lambda p: jnp.tanh(jnp.dot(p, w, preferred_element_type=jnp.float32)).astype(p.dtype), parts)
+    return out.reshape(x.shape[0], w.shape[1])
+'''
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("args, says", [
+    (["--program", "p.py:chunked", "--arg", "bf16[T=4096,D=1024]", "--arg", "bf16[D,1024]"], "--parallel DIM"),
+    (["--program", "p.py:chunked", "--arg", "bf16[T=4096,D=1024]", "--arg", "bf16[D,1024]", "--parallel", "B"],
+     "not a dim"),
+    (["--program", "p.py:chunked", "--task", "12p_RMSNorm"], "without --task"),
+    (["--arg", "bf16[8,128]"], "--task T"),
+    (["--task", "12p_RMSNorm", "--arg", "bf16[8,128]"], "go with --program"),
+    (["--program", "p.py:nope", "--arg", "bf16[8,128]"], "nope"),
+])
+def test_estimate_program_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
+    (tmp_path / "p.py").write_text(PROGRAM)
+    r = subprocess.run([sys.executable, "-m", "maxkernel.cli", "estimate", *args], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120, env={**os.environ, "MAXKERNEL_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_estimate_program_prices_any_function_with_its_loop_and_caches(tmp_path):
+    (tmp_path / "p.py").write_text(PROGRAM)
+    env = {**os.environ, "MAXKERNEL_CACHE_DIR": str(tmp_path / "cache")}
+    args = ["estimate", "--program", "p.py:chunked", "--arg", "bf16[T=65536,D=1024]", "--arg", "bf16[D,1024]",
+            "--parallel", "T", "--chip", "v5e", "--json"]
+    run = [sys.executable, "-m", "maxkernel.cli", *args]
+    r = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["ok"] and doc["programs"]["kernel"] is None and doc["under_priced"] is None
+    # the FLOP floor is the whole program's (XLA's cost analysis alone counts one 1024-row block of 64)
+    assert doc["floors"]["compute_ms"] == pytest.approx(2 * 65536 * 1024 * 1024 / 197e12 * 1e3, rel=0.02)
+    assert any("once per trip" in x for x in doc["limits"]) and doc["estimated_ms"] >= doc["floors"]["compute_ms"]
+    again = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path, timeout=600, env=env)
+    assert json.loads(again.stdout)["cached"] and json.loads(again.stdout)["estimated_ms"] == doc["estimated_ms"]

@@ -145,3 +145,44 @@ def test_a_loop_inside_a_kernel_is_priced_per_trip_by_libtpu(tmp_path):
     base = cycles[(16, True)]
     assert all(c == pytest.approx(base, rel=0.05) for c in cycles.values())
     assert not any("once per trip" in x for e in got.values() for x in e.limits)  # no XLA loop was multiplied
+
+
+WHILE_ON_DATA = '''"""Eight GEMM steps, counted by a value the loop carries (a while_loop whose count the compiler cannot see)."""
+import jax
+import jax.numpy as jnp
+
+CONFIG = {"name": "while_on_data", "batch": 8, "rows": 1024, "d": 1024}
+SIZES = {"smoke": {"batch": 2, "rows": 128, "d": 128}}
+PARALLEL_DIMS = ("batch",)
+
+
+def create_inputs(dtype=jnp.bfloat16, *, size="full", seed=0):
+    d = {**CONFIG, **SIZES.get(size, {})} if size != "full" else CONFIG
+    kx, kw = jax.random.split(jax.random.key(seed))
+    return (jax.random.normal(kx, (d["batch"], d["rows"], d["d"]), dtype),
+            jax.random.normal(kw, (d["d"], d["d"]), dtype) / 32, jnp.full((), 8.0, jnp.float32))
+
+
+def workload(x, w, steps):
+    def body(c):
+        y, left = c
+        return jnp.tanh(jnp.einsum("brd,de->bre", y, w, preferred_element_type=jnp.float32)).astype(y.dtype), left - 1
+
+    return jax.lax.while_loop(lambda c: c[1] > 0, body, (x, steps))[0]
+
+
+def get_flops(size="full"):
+    d = {**CONFIG, **SIZES.get(size, {})} if size != "full" else CONFIG
+    return 8 * 2 * d["batch"] * d["rows"] * d["d"] * d["d"]
+'''
+
+
+def test_a_loop_whose_count_is_data_is_named_never_guessed(tmp_path):
+    need_module("libtpu", extra="tpu")
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "baseline.py").write_text(WHILE_ON_DATA)
+    e = estimate_program(load_task(tmp_path / "w"), None, V5E, "full")
+    assert e.ok, e.error
+    assert any(t is None for p in e.fit["points"] for t in p.get("loop_trips", []))
+    assert e.under_priced and "trip count could not be read" in e.under_priced
+    assert e.estimated_ms >= e.floors["compute_ms"]  # standing on the floor, and saying so

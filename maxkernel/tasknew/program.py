@@ -1,0 +1,117 @@
+"""Any JAX function as a program to estimate: `maxkernel estimate --program FILE.py:FN --arg ...`.
+
+The function and its argument specs (as `task new` takes them) become a task folder in the JAXBench layout, written
+under the cache folder and named by what it holds (so a repeated estimate is a cache hit), without `task new`'s
+validation: nothing is run, only traced and priced. Its FLOPs are the larger of XLA's cost analysis of the CPU
+program (which counts a loop body once) and the traced program's count (scan bodies times their lengths), or the
+user's --flops; the estimator shrinks it along the independent dims the user names with --parallel, or the one dim
+that leads every argument.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from maxkernel.tasknew import specs as S
+from maxkernel.tasknew import template, validate
+from maxkernel.tasknew.build import _SOURCE_FILE, _positional_names, resolve_function
+
+__all__ = ["program_task", "infer_parallel"]
+
+_NOTES = "program.json"  # what the folder's figures assumed, said again on every estimate of it
+
+
+def infer_parallel(arg_specs) -> list[str]:
+    """The dim that is the leading axis of every argument with one (a batch), or none."""
+    leads = {s.dims[0] for s in arg_specs if s.dims}
+    return sorted(leads) if len(leads) == 1 else []
+
+
+def program_task(function: str, args: list[str], root: Path, *, gens: list[str] | None = None,
+                 static: list[str] | None = None, parallel: list[str] | None = None, flops: int | None = None):
+    """(the task, notes on what was assumed). SpecError for input that cannot be understood or a function that does
+    not trace at the shapes given."""
+    from maxkernel.tasks import Task
+
+    if not args:
+        raise S.SpecError("give one --arg DTYPE[DIMS] per positional argument of the program")
+    gens = list(gens or [])
+    if len(gens) > len(args):
+        raise S.SpecError(f"{len(gens)} --arg-gen for {len(args)} --arg (one per argument, in order)")
+    statics = dict(S.parse_static(s) for s in static or [])
+    parsed = [S.parse_arg(a) for a in args]
+    gen_specs = [S.parse_gen(gens[i] if i < len(gens) else "", dtype) for i, (dtype, _) in enumerate(parsed)]
+    config, arg_specs = S.name_dims(parsed, gen_specs)
+    notes = []
+    if parallel:
+        unknown = [d for d in parallel if d not in config]
+        if unknown:
+            raise S.SpecError(f"--parallel {', '.join(unknown)}: not a dim of the --arg specs (dims: "
+                              f"{', '.join(config)}; name them in --arg, e.g. bf16[B=8,4096])")
+        dims = list(parallel)
+    else:
+        dims = infer_parallel(arg_specs)
+        if not dims:
+            raise S.SpecError("no dim leads every argument, so none can be taken as independent: name the dims whose "
+                              "slices the program computes independently with --parallel DIM (e.g. --parallel B "
+                              "for bf16[B=8,4096])")
+        notes.append(f"shrunk along {dims[0]} (the dim leading every argument, taken as independent; name others "
+                     "with --parallel)")
+    fn, source, copy = resolve_function(function)
+    names = _positional_names(fn, len(arg_specs), statics)
+    rows = [(n, s.dtype, s.dims, s.gen) for n, s in zip(names, arg_specs)]
+    code = copy.read_bytes() if copy else source["module"].encode()
+    key = hashlib.sha256(json.dumps([function, args, gens, static, dims, flops], default=str).encode() + code)
+    name = f"program_{source['function']}"
+    folder = Path(root) / key.hexdigest()[:16] / name
+    if not (folder / "baseline.py").is_file():
+        work = folder.with_name(f".{name}.tmp")
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        if copy:
+            shutil.copyfile(copy, work / _SOURCE_FILE)
+        facts = dict(name=name, doc=f"{source['function']} priced by `maxkernel estimate --program`.", config=config,
+                     args=rows, source=source, static=statics, sizes={"smoke": S.smoke_dims(config, S.lane_dims(arg_specs))},
+                     tolerance={}, parallel_dims=tuple(dims))
+        (work / "baseline.py").write_text(template.render(**facts, flops={}, bytes_accessed={}))
+        counted = {"flops": flops, "bytes": None}
+        loops = False
+        if flops is None:
+            task = Task(name=f"{name}_{key.hexdigest()[:8]}", path=work, source="folder")
+            try:
+                validate.trace_full(task)
+            except validate.Refused as exc:
+                shutil.rmtree(work, ignore_errors=True)
+                raise S.SpecError(str(exc)) from None
+            counted = validate.costs(task, "full")
+            census = _census(task)  # XLA counts a loop body once; the jaxpr count multiplies by scan lengths
+            if census.total_flops > (counted["flops"] or 0):
+                counted["flops"] = int(census.total_flops)
+            loops = census.opaque_loops
+        (work / "baseline.py").write_text(template.render(**facts, flops={"full": counted["flops"]},
+                                                          bytes_accessed={"full": counted["bytes"]}))
+        if flops is None and not counted["flops"]:
+            notes.append("no FLOP count could be made: no compute floor (pass --flops N)")
+        elif loops:
+            notes.append("FLOPs counted with a while loop whose trip count is data: its body counted once, so the "
+                         "compute floor is low (pass --flops N for the true count)")
+        elif flops is None:
+            notes.append("FLOPs: the larger of XLA's cost analysis and the traced program's count (loops times "
+                         "their lengths)")
+        (work / _NOTES).write_text(json.dumps(notes))
+        shutil.rmtree(folder, ignore_errors=True)
+        work.rename(folder)
+    return Task(name=name, path=folder, source="folder"), json.loads((folder / _NOTES).read_text())
+
+
+def _census(task):
+    """Where the traced program's FLOPs are (integrity's count: scan bodies times their lengths)."""
+    import jax
+
+    from maxkernel.harness.integrity import census
+
+    structs = jax.eval_shape(lambda: task.create_inputs(size="full", seed=0))
+    return census(jax.make_jaxpr(task.module.workload)(*structs))
