@@ -188,6 +188,13 @@ def summarize_table(rows: list[dict], chips: list[str]) -> dict:
                         for c in chips}}
 
 
+def _under_priced(cell: dict) -> list[str]:
+    """Which of a chip cell's programs the estimator reported under-priced, read from its configs' limits."""
+    limits = [x for cfg in (cell.get("configs") or {}).values() for x in cfg.get("limits") or []]
+    return [what for what, mark in (("kernel", "under-priced:"), ("XLA baseline", "baseline: under-priced:"))
+            if any(x.startswith(mark) for x in limits)]
+
+
 def _markdown(rows: list[dict], summary: dict, chips: list[str]) -> str:
     from maxkernel.evals.stats import FAST_P, fast_key
 
@@ -212,6 +219,8 @@ def _markdown(rows: list[dict], summary: dict, chips: list[str]) -> str:
                       f"{frac:.0%}" if frac else "—"]
             if cell.get("error"):
                 notes.append(f"{c}: {cell['error'][:160]}")
+            notes += [f"{c}: {what} under-priced (its static profile misses work: the speedup is rough)"
+                      for what in _under_priced(cell)]
             if cell.get("vmem_bytes") and not vmem:
                 vmem = f"{cell['vmem_bytes'] / 2**20:.1f} MiB"
         if r.get("uses_library_kernel"):

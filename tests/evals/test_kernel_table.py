@@ -184,6 +184,23 @@ def test_a_run_over_some_tasks_keeps_the_other_recorded_rows_in_the_table(tmp_pa
 
 
 @pytest.mark.unit
+def test_an_under_priced_program_is_named_in_its_rows_notes():
+    from maxkernel.kernel_table import _markdown, summarize_table
+
+    def row(task, limits):
+        return {"task": task, "suite": "jaxbench", "correct": True, "status": "correct",
+                "chips": {"v6e": {"speedup": 0.9, "configs": {"full": {"limits": limits}}}}}
+
+    rows = [row("b", ["baseline: under-priced: its static profile (0.5 ms) is below the task's FLOP floor"]),
+            row("k", ["under-priced: its static profile is below the task's FLOP floor"]),
+            row("h", ["baseline: ops inside while loops priced once per trip"])]
+    md = _markdown(rows, summarize_table(rows, ["v6e"]), ["v6e"]).splitlines()
+    line = {r["task"]: next(x for x in md if x.startswith(f"| {r['task']} |")) for r in rows}
+    assert "v6e: XLA baseline under-priced" in line["b"] and "v6e: kernel under-priced" not in line["b"]
+    assert "v6e: kernel under-priced" in line["k"] and "under-priced" not in line["h"]
+
+
+@pytest.mark.unit
 def test_a_degenerate_row_is_listed_and_counted_in_no_figure():
     from maxkernel.kernel_table import _markdown, summarize_table
 
