@@ -260,10 +260,11 @@ def _cache_path(key: str) -> Path:
 
 def _method_digest() -> str:
     """Hash of the estimator's own code: a changed method never reads an old method's cached figures."""
-    from maxkernel.harness import estimate_job, hlo_loops
+    from maxkernel.harness import estimate_compile_job, estimate_job, hlo_loops
 
     h = hashlib.sha256(str(METHOD_VERSION).encode())
-    for path in (Path(__file__), Path(estimate_job.__file__), Path(hlo_loops.__file__)):
+    for path in (Path(__file__), Path(estimate_job.__file__), Path(estimate_compile_job.__file__),
+                 Path(hlo_loops.__file__)):
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
@@ -321,9 +322,11 @@ def estimate_program(task, kernel: str | None, chip, size: str = "full", tunable
 
 
 def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> ProgramEstimate:
-    from maxkernel.harness.copyout import MAX_RESULT_BYTES, CopyOutError, read_bytes
+    """Two sandboxed jobs: the candidate's process plans the sizes and lowers the program at each (estimate_job);
+    a process that never imports candidate code compiles those lowerings with libtpu and reads the profile
+    (estimate_compile_job). Only the plan comes from the first; every cycle from the second."""
+    from maxkernel.harness import estimate_compile_job
     from maxkernel.harness.estimate_job import PROGRESS_FILE
-    from maxkernel.harness.sandbox import WorkerPool
 
     settings = get_settings()
     program = "kernel" if kernel else "baseline"
@@ -331,7 +334,7 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
     dims_order = _dims_order(task, kernel is not None)
     _, full_bytes = task_work(task, size)
     job = {"kind": "estimate", "task": spec, "kernel": "kernel.py" if kernel else None, "chip": chip.name,
-           "size": size, "tunables": tunables or {}, "dims_order": dims_order, "libtpu_flags": flags,
+           "size": size, "tunables": tunables or {}, "dims_order": dims_order,
            "budget": {"flops": settings.estimate_max_gflop * 1e9, "bytes": settings.estimate_max_mb * 2**20,
                       "tiles": KERNEL_TILES, "min_share": KERNEL_MIN_SHARE,
                       "full_bytes": full_bytes}, "guard": jobs_guarded()}
@@ -339,37 +342,79 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
     if kernel:
         files["kernel.py"] = Path(kernel).read_bytes()
     base = dict(ok=False, program=program, chip=chip.name, libtpu_flags=flags, libtpu=libtpu_version())
-    with WorkerPool(size=0, memory_mb=settings.estimate_memory_mb) as pool:
-        res = pool.run(job, files, timeout or settings.estimate_timeout_s)
-        try:
-            lines = []
-            if res.scratch is not None:
-                try:  # written inside the sandbox: JSON lines in a regular file, or nothing is taken from it
-                    text = read_bytes(res.scratch, PROGRESS_FILE, MAX_RESULT_BYTES).decode(errors="replace")
-                    lines = [json.loads(ln) for ln in text.splitlines() if ln.strip()]
-                except (CopyOutError, ValueError):
-                    lines = []
-            inside = str(res.scratch / "kernel.py") if res.scratch else None
-            result = res.result or {}
-            stderr = res.stderr_tail or ""
-        finally:
-            res.cleanup()
-    if res.status == "timeout":
-        return ProgramEstimate(**base, stage="timeout", error=f"the profile did not finish within {res.wall_s:.0f} s",
-                               hint="raise MAXKERNEL_ESTIMATE_TIMEOUT_S, or lower MAXKERNEL_ESTIMATE_MAX_GFLOP so "
-                                    "the profiled sizes shrink further")
-    if res.status == "crashed":
-        return _crash(base, stderr, lines, settings)
-    if result.get("status") != "ok":
-        err = str(result.get("error") or "the profile job failed")
-        if inside:
-            err = err.replace(inside, str(kernel))
-        return ProgramEstimate(**base, stage=result.get("stage") or "worker", error=err, hint=result.get("hint"))
+    budget = timeout or settings.estimate_timeout_s
+    t0 = time.monotonic()
+    planned = _run(job, files, budget, PROGRESS_FILE, lowerings=True)
+    failed = _failed(base, planned, settings, kernel)
+    if failed:
+        return failed
+    head = [ln for ln in planned["lines"] if "plan" in ln]
+    points = [ln["lowered"] for ln in planned["lines"] if "lowered" in ln]
+    if not head or not points or len(planned["lowered"]) != len(points):
+        return ProgramEstimate(**base, stage="sandbox", error="the planning job wrote no plan or lost a lowering")
+    trusted = {"kind": "estimate_compile", "chip": chip.name, "libtpu_flags": flags,
+               "points": [{**pt, "file": f"lowered_{i}.mlir"} for i, pt in enumerate(points)]}
+    texts = {f"lowered_{i}.mlir": planned["lowered"][pt["file"]] for i, pt in enumerate(points)}
+    profiled = _run(trusted, texts, max(budget - (time.monotonic() - t0), 1.0), estimate_compile_job.PROGRESS_FILE)
+    failed = _failed(base, profiled, settings, kernel)
+    if failed:
+        return failed
     try:
-        return _fit(base, lines, task, chip, size, full_bytes)
+        return _fit(base, head + [ln for ln in profiled["lines"] if "point" in ln], task, chip, size, full_bytes)
     except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as exc:
         return ProgramEstimate(**base, stage="sandbox",
                                error=f"the profile job wrote a malformed record ({type(exc).__name__}: {exc})")
+
+
+MAX_LOWERED_BYTES = 64 << 20  # one size's lowering (StableHLO text, Mosaic kernels serialized inside)
+
+
+def _run(job: dict, files: dict, timeout: float, progress_file: str, lowerings: bool = False) -> dict:
+    """Run one job in a fresh, memory-guarded worker; what it reported, its progress lines, and (with `lowerings`)
+    the lowering texts it wrote, read out of its scratch without following links."""
+    from maxkernel.harness.copyout import MAX_RESULT_BYTES, CopyOutError, read_bytes
+    from maxkernel.harness.sandbox import WorkerPool
+
+    settings = get_settings()
+    out = {"lines": [], "lowered": {}}
+    with WorkerPool(size=0, memory_mb=settings.estimate_memory_mb) as pool:
+        res = pool.run(job, files, timeout)
+        try:
+            if res.scratch is not None:
+                try:  # written inside the sandbox: JSON lines in a regular file, or nothing is taken from it
+                    text = read_bytes(res.scratch, progress_file, MAX_RESULT_BYTES).decode(errors="replace")
+                    out["lines"] = [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+                except (CopyOutError, ValueError):
+                    out["lines"] = []
+                for ln in out["lines"] if lowerings and res.status == "ok" else []:
+                    name = str((ln.get("lowered") or {}).get("file") or "")
+                    if name:
+                        try:
+                            out["lowered"][name] = read_bytes(res.scratch, name, MAX_LOWERED_BYTES)
+                        except CopyOutError:
+                            pass
+            out.update(status=res.status, wall_s=res.wall_s, result=res.result or {}, stderr=res.stderr_tail or "",
+                       inside=str(res.scratch / "kernel.py") if res.scratch else None)
+        finally:
+            res.cleanup()
+    return out
+
+
+def _failed(base: dict, run: dict, settings, kernel) -> ProgramEstimate | None:
+    """The ProgramEstimate for a job that timed out, crashed or reported an error; None when it worked."""
+    if run["status"] == "timeout":
+        return ProgramEstimate(**base, stage="timeout", error=f"the profile did not finish within {run['wall_s']:.0f} s",
+                               hint="raise MAXKERNEL_ESTIMATE_TIMEOUT_S, or lower MAXKERNEL_ESTIMATE_MAX_GFLOP so "
+                                    "the profiled sizes shrink further")
+    if run["status"] == "crashed":
+        return _crash(base, run["stderr"], run["lines"], settings)
+    if run["result"].get("status") != "ok":
+        err = str(run["result"].get("error") or "the profile job failed")
+        if run["inside"] and kernel:
+            err = err.replace(run["inside"], str(kernel))
+        return ProgramEstimate(**base, stage=run["result"].get("stage") or "worker", error=err,
+                               hint=run["result"].get("hint"))
+    return None
 
 
 def _crash(base: dict, stderr: str, lines: list[dict], settings) -> ProgramEstimate:

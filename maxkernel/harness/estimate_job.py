@@ -1,10 +1,10 @@
-"""Sandbox job: libtpu's static LLO profile of one program (a kernel or the task's XLA baseline) on shrunk shapes.
+"""Sandbox job: the sizes at which one program (a kernel or the task's XLA baseline) is profiled, and its lowering
+at each; the parsers the trusted profiling job uses.
 
-libtpu reads its flags once, when it loads, so this job runs in a fresh worker that has not loaded it yet, and sets
-the dump flag before the first compile. It never profiles at full size by default: the profiler unrolls the whole
-execution (a full-size GEMM passed 21 GB of RAM). It halves the task's parallel dimensions until the program is
-small, profiles the last three sizes and writes one JSON line per profiled size, so that a libtpu abort (which
-kills the process) keeps what was measured before it. The parent fits and extrapolates (maxkernel/estimate.py).
+It never profiles at full size by default: libtpu's profiler unrolls the whole execution (a full-size GEMM passed
+21 GB of RAM). It halves the task's parallel dimensions until the program is small and writes the plan and each
+size's lowering (StableHLO text). This process imports the candidate, so it compiles and measures nothing: the
+profile is taken by estimate_compile_job, which never does, and the parent fits and extrapolates (estimate.py).
 """
 
 from __future__ import annotations
@@ -12,21 +12,18 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 import re
-import time
 from pathlib import Path
 
-from maxkernel.harness import hlo_loops
 from maxkernel.harness.vmem_footprint import walk_eqns as _walk
 
-__all__ = ["run", "PROGRESS_FILE", "DUMP_DIR", "parse_profile", "zero_cycle_bytes", "pallas_facts", "block_traffic",
+__all__ = ["run", "PROGRESS_FILE", "LOWERED_DIR", "parse_profile", "zero_cycle_bytes", "pallas_facts", "block_traffic",
            "plan", "linear", "task_dims", "libtpu_version"]
 
 PROGRESS_FILE = "estimate.jsonl"
 NO_PALLAS = ("no pallas_call in the traced program: it is XLA's own program, not a Pallas kernel, so it is not "
              "estimated as one (the task's baseline is XLA's program, estimated beside it)")
-DUMP_DIR = "llo_profile"
+LOWERED_DIR = "lowered"  # each profiled size's lowering, for the trusted profiling job
 SIZE_NAME = "__estimate__"  # the task size the job injects for a shrunk point
 MAX_GRID_POINTS = 1 << 24
 _FACTORS = (2, 3, 5, 7)
@@ -180,7 +177,9 @@ def block_traffic(closed_jaxpr) -> dict:
     return {"bytes": total, "notes": sorted(set(notes))}
 
 
-def _profiled_compile(fn, structs, chip, device, dump: Path) -> dict:
+def _lowered_text(fn, structs, chip, device) -> str:
+    """The program at `structs`, lowered for one device of the chip's compile-only topology: StableHLO text, which
+    the trusted profiling job (estimate_compile_job) compiles; nothing is compiled here."""
     import jax
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -188,21 +187,8 @@ def _profiled_compile(fn, structs, chip, device, dump: Path) -> dict:
 
     sharding = NamedSharding(Mesh([device], ("d",)), PartitionSpec())
     placed = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), structs)
-    for old in dump.glob("*"):
-        old.unlink()
-    t0 = time.perf_counter()
     with chips_mod.trace_context(chip):
-        compiled = jax.jit(fn).trace(*placed).lower().compile()
-    compile_s = time.perf_counter() - t0
-    text = "\n".join(p.read_text(errors="replace") for p in sorted(dump.glob("*static_llo_profile*")))
-    ops = parse_profile(text)
-    hlo = compiled.as_text() or ""
-    zero = zero_cycle_bytes(hlo, [n for n, c in ops.items() if c == 0])
-    # The profile prices each op once; an op inside a while loop runs once per trip (hlo_loops).
-    trips, loops = hlo_loops.op_trips(hlo)
-    return {"ops": ops, "zero_cycle_bytes": zero, "compile_s": compile_s, "profile_files": len(list(dump.glob("*"))),
-            "trips": {n: t for n, t in trips.items() if n in ops},
-            "loops": [{"name": lp["name"], "trip_count": lp["trip_count"], "why": lp["why"]} for lp in loops]}
+        return jax.jit(fn).trace(*placed).lower().as_text()
 
 
 def task_dims(task, size: str) -> dict:
@@ -366,13 +352,10 @@ def _tiles(facts: dict) -> int:
 
 
 def run(job: dict, scratch: Path) -> dict:
-    """job: {task, kernel (file in scratch, or None for the baseline), chip, size, tunables, budget, dims_order,
-    libtpu_flags (extra flags, e.g. a scoped-VMEM limit)}."""
-    dump = Path(scratch) / DUMP_DIR
-    dump.mkdir(exist_ok=True)
-    flags = [f"--xla_jf_dump_static_llo_profile_to={dump}", *job.get("libtpu_flags", [])]
-    os.environ["LIBTPU_INIT_ARGS"] = " ".join(flags)  # read once, when libtpu loads: before the first compile
-    import jax
+    """job: {task, kernel (file in scratch, or None for the baseline), chip, size, tunables, budget, dims_order}.
+
+    Plans the profiled sizes and lowers the program at each (LOWERED_DIR/<i>.mlir, one "lowered" line each); the
+    profile itself is taken by estimate_compile_job, in a process that never imports the candidate."""
 
     from maxkernel import chips as chips_mod
     from maxkernel.harness import compile_job
@@ -416,22 +399,18 @@ def run(job: dict, scratch: Path) -> dict:
     device = compile_job._topology_device(chip)
     if isinstance(device, str):
         return {"status": "error", "stage": "compile", "error": device}
-    done: list[dict] = []
-    for point in steps["points"]:
-        # Three sizes on one line are enough; a bend (the pipeline not yet in its steady state at a few tiles)
-        # brings in the next larger size, and the fit then uses the largest three.
-        if len(done) >= 3 and linear(done):
-            break
+    lowered = Path(scratch) / LOWERED_DIR
+    lowered.mkdir(exist_ok=True)
+    for i, point in enumerate(steps["points"]):
         _line(progress, {"starting": point["dims"]})
         try:
             structs = _structs_at(task, point["dims"], size)
-            got = _profiled_compile(fn, structs, chip, device, dump)
+            (lowered / f"{i}.mlir").write_text(_lowered_text(fn, structs, chip, device))
         except Exception as exc:  # noqa: BLE001
             full = str(exc)
             return {"status": "error", "stage": "compile", "error": compile_job.trim_error(exc),
                     "hint": hint_for(full, chip), "vmem_bytes": compile_job.vmem_from_error(full)}
-        done.append({**point, **got})
-        _line(progress, {"point": done[-1]})
+        _line(progress, {"lowered": {**point, "file": f"{LOWERED_DIR}/{i}.mlir"}})
     return {"status": "ok", "libtpu": libtpu_version()}
 
 

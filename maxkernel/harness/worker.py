@@ -21,6 +21,7 @@ HANDLERS = {
     "compile_many": "maxkernel.harness.compile_many_job",
     "profile": "maxkernel.harness.profile_job",
     "estimate": "maxkernel.harness.estimate_job",
+    "estimate_compile": "maxkernel.harness.estimate_compile_job",
     "port": "maxkernel.harness.port_job",
     "task": "maxkernel.harness.task_job",
     "task_build": "maxkernel.tasknew.build_job",
