@@ -57,7 +57,18 @@ _ABORTS = (("Unsupported DMA direction", "libtpu's profiler does not support a D
             "scatters into VMEM)"),
            ("kScalarMultiplyHighU32", "libtpu's profiler does not support a dynamic update into VMEM inside a loop"),
            ("Check failed", "libtpu hit an internal check"))
-_MEMORY = ("std::bad_alloc", "Cannot allocate memory", "out of memory", "MemoryError", "RESOURCE_EXHAUSTED")
+# "mmap error: 12" is ENOMEM from the address-space guard (libtpu reserves far more than it touches).
+_MEMORY = ("std::bad_alloc", "Cannot allocate memory", "out of memory", "MemoryError", "RESOURCE_EXHAUSTED",
+           "mmap error: 12")
+# libtpu's LLO type check ("Expected vector") aborts the profile of some kernels that compile; each trigger found so
+# far has an equivalent rewrite (docs/kernels.md), so the hint names them instead of calling the kernel unpriceable.
+_VECTOR_CHECK = "Expected vector"
+_VECTOR_HINT = ("libtpu's LLO type check aborts the profile of a few constructs that compile; rewrites that avoid "
+                "the ones found so far: (1) an f32 -> bf16 -> f32 round trip such as v - v.astype(bf16).astype(f32): "
+                "clear v's low 16 bits with a bitcast instead; (2) a bf16 block built by slicing and stacking (an "
+                "im2col block): stack in f32 and cast once; (3) a bf16 dot whose left operand's row count is not a "
+                "multiple of 16: pad the rows to 32. Bisect at smoke size (maxkernel estimate --size smoke) to find "
+                "the line")
 # Stages whose outcome the same inputs always repeat: only these are cached.
 _DETERMINISTIC = ("compile", "lower", "import", "plan", "no_pallas")
 # What to do when libtpu's profiler cannot price a program even with _RETRY_FLAG.
@@ -429,9 +440,11 @@ def _crash(base: dict, stderr: str, lines: list[dict], settings) -> ProgramEstim
     for marker, why in _ABORTS:
         if marker in stderr:
             line = next((ln for ln in stderr.splitlines() if marker in ln), marker)
+            hint = _UNPRICEABLE_HINT if retried else f"libtpu flag {_RETRY_FLAG} avoids most of these aborts"
+            if retried and _VECTOR_CHECK in stderr and base.get("program") == "kernel":
+                hint = _VECTOR_HINT
             return ProgramEstimate(**base, stage="abort", error=f"libtpu aborted{at}: {why} ({line.strip()[:200]})",
-                                   hint=_UNPRICEABLE_HINT if retried
-                                   else f"libtpu flag {_RETRY_FLAG} avoids most of these aborts")
+                                   hint=hint)
     fatal = [ln.strip() for ln in stderr.splitlines() if re.match(r"\s*F\d{4} ", ln) or "Check failed" in ln]
     tail = (fatal[0] if fatal else " | ".join(stderr.strip().splitlines()[-3:]))[:400]
     return ProgramEstimate(**base, stage="abort", error=f"the profiling process died{at}: {tail or 'no output'}",

@@ -226,3 +226,27 @@ def test_compile_errors_name_the_users_file_not_the_sandbox_copy():
     text = 'File "/tmp/s/w-1/kernel.py", line 3, in workload; kernel.py:12: block shape; my_kernel.py untouched'
     said = users_file(text, "/tmp/s/w-1/kernel.py", "/home/me/rms.py")
     assert said == 'File "/home/me/rms.py", line 3, in workload; /home/me/rms.py:12: block shape; my_kernel.py untouched'
+
+
+@pytest.mark.unit
+def test_the_address_space_guard_is_named_as_memory_not_a_dying_process():
+    base = dict(ok=False, program="baseline", chip="v6e", libtpu_flags=[], libtpu="test")
+    r = est._crash(base, "E1205 pjrt.cc:1] mmap error: 12 while reserving", [{"starting": {"batch": 4}}],
+                   get_settings())
+    assert r.stage == "memory" and "memory guard" in r.error and "batch" in r.error
+    assert "MAXKERNEL_ESTIMATE_MEMORY_MB" in r.hint
+
+
+@pytest.mark.unit
+def test_a_kernel_the_llo_type_check_rejects_is_told_the_known_rewrites():
+    stderr = ("F1205 llo_module.cc:66] Check failed: TakeStatus() is OK (INTERNAL: LLO_CHECK failure "
+              "(platforms/xla/service/jellyfish/llo_region.cc:393) type_check_result.ok() Expected vector)")
+
+    def crash(program, flags):
+        base = dict(ok=False, program=program, chip="v5e", libtpu_flags=flags, libtpu="test")
+        return est._crash(base, stderr, [], get_settings())
+
+    assert est._RETRY_FLAG in crash("kernel", []).hint  # the flag first
+    hint = crash("kernel", [est._RETRY_FLAG]).hint
+    assert "bitcast" in hint and "im2col" in hint and "multiple of 16" in hint
+    assert crash("baseline", [est._RETRY_FLAG]).hint == est._UNPRICEABLE_HINT  # XLA's program: no rewrite to offer
