@@ -127,15 +127,7 @@ def build_task(function: str, args: list[str], out: str | Path, *, gens: list[st
     MCP server) it refuses, and tasknew.sandboxed.build runs it in a sandboxed job instead."""
     out = Path(out).expanduser()
     check_out(out, force)
-    if not args:
-        raise S.SpecError("give at least one --arg DTYPE[DIMS]")
-    gens = list(gens or [])
-    if len(gens) > len(args):
-        raise S.SpecError(f"{len(gens)} --arg-gen for {len(args)} --arg (one per argument, in order)")
-    statics = dict(S.parse_static(s) for s in static or [])
-    parsed = [S.parse_arg(a) for a in args]
-    gen_specs = [S.parse_gen(gens[i] if i < len(gens) else "", dtype) for i, (dtype, _) in enumerate(parsed)]
-    config, arg_specs = S.name_dims(parsed, gen_specs)
+    statics, config, arg_specs = S.parse_specs(args, gens, static)
     lanes = S.lane_dims(arg_specs)
     sizes = S.smoke_dims(config, lanes)
     for item in smoke or []:

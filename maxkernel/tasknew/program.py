@@ -36,15 +36,7 @@ def program_task(function: str, args: list[str], root: Path, *, gens: list[str] 
     not trace at the shapes given."""
     from maxkernel.tasks import Task
 
-    if not args:
-        raise S.SpecError("give one --arg DTYPE[DIMS] per positional argument of the program")
-    gens = list(gens or [])
-    if len(gens) > len(args):
-        raise S.SpecError(f"{len(gens)} --arg-gen for {len(args)} --arg (one per argument, in order)")
-    statics = dict(S.parse_static(s) for s in static or [])
-    parsed = [S.parse_arg(a) for a in args]
-    gen_specs = [S.parse_gen(gens[i] if i < len(gens) else "", dtype) for i, (dtype, _) in enumerate(parsed)]
-    config, arg_specs = S.name_dims(parsed, gen_specs)
+    statics, config, arg_specs = S.parse_specs(args, gens, static)
     notes = []
     if parallel:
         unknown = [d for d in parallel if d not in config]

@@ -199,3 +199,18 @@ def shrink_further(full: dict[str, int], smoke: dict[str, int], lanes: set[str] 
 
 def elements(config: dict[str, int], specs: list[ArgSpec]) -> int:
     return sum(math.prod(config[d] for d in s.dims) for s in specs)
+
+
+def parse_specs(args: list[str], gens: list[str] | None, static: list[str] | None) -> tuple[dict, dict, list]:
+    """--arg, --arg-gen and --static as given: (static keyword arguments, CONFIG dims, ArgSpecs); SpecError for
+    input that cannot be understood."""
+    if not args:
+        raise SpecError("give at least one --arg DTYPE[DIMS]")
+    gens = list(gens or [])
+    if len(gens) > len(args):
+        raise SpecError(f"{len(gens)} --arg-gen for {len(args)} --arg (one per argument, in order)")
+    statics = dict(parse_static(s) for s in static or [])
+    parsed = [parse_arg(a) for a in args]
+    gen_specs = [parse_gen(gens[i] if i < len(gens) else "", dtype) for i, (dtype, _) in enumerate(parsed)]
+    config, arg_specs = name_dims(parsed, gen_specs)
+    return statics, config, arg_specs
