@@ -137,7 +137,8 @@ def estimate_kernel(tool_context: ToolContext, path: str = "kernel.py") -> dict:
         path: Kernel file in the workspace (default kernel.py).
 
     Returns:
-        summary, estimated_ms, baseline_estimated_ms, speedup_estimate, bound, floors, fraction_of_roofline, limits.
+        summary, estimated_ms, baseline_estimated_ms, speedup_estimate, bound, floors, fraction_of_roofline, limits,
+        under_priced (why the static profile is below the task's floor, when it is: a rough figure, not a ranking).
     """
     from maxkernel.tools.estimate_tpu import estimate_tpu_time
 
@@ -149,7 +150,7 @@ def estimate_kernel(tool_context: ToolContext, path: str = "kernel.py") -> dict:
     r = estimate_tpu_time(tool_context.state["task"], kernel, chip, "full")
     return r.model_dump(include={"ok", "summary", "label", "chip", "estimated_ms", "baseline_estimated_ms",
                                  "speedup_estimate", "bound", "floors", "fraction_of_roofline", "limits", "error",
-                                 "hint", "data_dependent"})
+                                 "hint", "data_dependent", "under_priced"})
 
 
 def tune_kernel(tool_context: ToolContext, path: str = "kernel.py", max_configs: int = 8) -> dict:
