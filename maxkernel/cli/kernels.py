@@ -86,6 +86,9 @@ def compile_cmd(target: Target, timeout: float | None, as_json: bool) -> None:
               help="estimate any JAX function instead of a task's program (with --arg; no --task)")
 @click.option("--arg", "args", multiple=True, metavar="DTYPE[DIMS]",
               help="with --program: one per positional argument, as in task new (bf16[B=8,4096])")
+@click.option("--inputs", metavar="FILE.py:FN|MODULE:FN", default=None,
+              help="with --program, instead of --arg: a function returning the program's arguments (a task's "
+                   "create_inputs), evaluated abstractly; its dims are named D<size> (--parallel D4)")
 @click.option("--arg-gen", "gens", multiple=True, metavar="GEN", help="with --program: input generator per --arg")
 @click.option("--static", "statics", multiple=True, metavar="NAME=VALUE",
               help="with --program: keyword argument bound on every call")
@@ -94,8 +97,8 @@ def compile_cmd(target: Target, timeout: float | None, as_json: bool) -> None:
                    "default the one dim leading every argument")
 @click.option("--flops", type=click.IntRange(min=1), default=None,
               help="with --program: its FLOPs at full size (default: XLA's cost analysis, which counts a loop body once)")
-def estimate(target: Target, program: str | None, args: tuple, gens: tuple, statics: tuple, parallel: tuple,
-             flops: int | None, as_json: bool) -> None:
+def estimate(target: Target, program: str | None, args: tuple, inputs: str | None, gens: tuple, statics: tuple,
+             parallel: tuple, flops: int | None, as_json: bool) -> None:
     """Estimated TPU time of a kernel and of the task's baseline (without --kernel, the baseline alone; with
     --program and --arg, any JAX function), on a CPU (libtpu's static profile). Exit 0 estimated, 1 not (the kernel
     does not compile, a profile failed), 2 usage."""
@@ -108,18 +111,26 @@ def estimate(target: Target, program: str | None, args: tuple, gens: tuple, stat
     if program is not None:
         if target.task is not None:
             raise UsageError("--program estimates a function of its own: give it without --task and --kernel")
+        if inputs is not None:
+            if args:
+                raise UsageError("give the arguments once: --arg specs or --inputs FILE.py:FN")
+            args = tuple(_inputs_args(inputs))
         spec, notes = _program_spec(program, list(args), list(gens), list(statics), list(parallel), flops)
         what = f"{program} ({', '.join(args)})"
         kernel = None
     else:
-        if args or gens or statics or parallel or flops:
-            raise UsageError("--arg, --arg-gen, --static, --parallel and --flops go with --program")
+        if args or inputs or gens or statics or parallel or flops:
+            raise UsageError("--arg, --inputs, --arg-gen, --static, --parallel and --flops go with --program")
         spec, kernel = _spec(target), str(target.kernel) if target.kernel else None
         what = f"{target.kernel} and the {target.task.name} baseline" if kernel else f"the {target.task.name} baseline"
     chip = target.chip or resolve_chip(None, allow_native=False, tpu_only=True)
     progress(f"estimating {what} on {chip} ({target.size} size): profiled compiles on shrunk shapes in sandboxes")
     r = estimate_tpu_time(spec, kernel, chip, target.size)
     r.limits[:0] = notes
+    if program is not None and r.stage == "plan":  # the program's dims are named on this command line, not in a file
+        r.hint = ("name more dims the program computes independently along with --parallel (repeatable), or raise "
+                  "MAXKERNEL_ESTIMATE_MAX_GFLOP / MAXKERNEL_ESTIMATE_MAX_MB")
+        r.summary = r.summary.split("\nHint:")[0] + f"\nHint: {r.hint}"
     lines = [r.summary]
     if r.ok:
         lines.append(f"floors: compute {r.floors['compute_ms']:.3g} ms, memory {r.floors['memory_ms']:.3g} ms; "
@@ -128,6 +139,17 @@ def estimate(target: Target, program: str | None, args: tuple, gens: tuple, stat
     emit(as_json, r.model_dump(exclude={"kernel", "baseline"}) | {"programs": {
         "kernel": r.kernel.model_dump() if r.kernel else None,
         "baseline": r.baseline.model_dump() if r.baseline else None}}, "\n".join(lines), ok=r.ok)
+
+
+def _inputs_args(inputs: str) -> list[str]:
+    from maxkernel.cli._common import UsageError
+    from maxkernel.tasknew.program import inputs_as_args
+    from maxkernel.tasknew.specs import SpecError
+
+    try:
+        return inputs_as_args(inputs)
+    except SpecError as exc:
+        raise UsageError(str(exc).replace("--from", "--inputs")) from None
 
 
 def _program_spec(program: str, args: list, gens: list, statics: list, parallel: list, flops: int | None):

@@ -19,9 +19,35 @@ from maxkernel.tasknew import specs as S
 from maxkernel.tasknew import template, validate
 from maxkernel.tasknew.build import _SOURCE_FILE, _positional_names, resolve_function
 
-__all__ = ["program_task", "infer_parallel"]
+__all__ = ["program_task", "infer_parallel", "inputs_as_args"]
 
 _NOTES = "program.json"  # what the folder's figures assumed, said again on every estimate of it
+
+
+def inputs_as_args(spec: str) -> list[str]:
+    """--inputs FILE.py:FN (a function returning the program's positional arguments, called with no arguments and
+    evaluated abstractly: nothing is drawn or allocated) as --arg specs: one DTYPE[DIMS] per array it returns, in
+    order. Equal sizes share a dim name (D<size>), as in task new."""
+    import jax
+
+    fn, _, _ = resolve_function(spec)
+    try:
+        structs = jax.eval_shape(fn)
+    except Exception as exc:  # noqa: BLE001  (the user's function can raise anything)
+        raise S.SpecError(f"--inputs {spec}: calling it with no arguments failed: {type(exc).__name__}: "
+                          f"{(str(exc).splitlines() or [''])[0][:200]}") from None
+    leaves = jax.tree.leaves(structs if isinstance(structs, (tuple, list)) else (structs,))
+    if not leaves or not all(hasattr(x, "shape") and hasattr(x, "dtype") for x in leaves):
+        raise S.SpecError(f"--inputs {spec}: it must return the program's arguments as arrays")
+    names = {v: k for k, v in S.DTYPES.items()}  # the short name of each dtype (the last key listed wins)
+    out = []
+    for x in leaves:
+        dtype = names.get(str(x.dtype))
+        if dtype is None:
+            raise S.SpecError(f"--inputs {spec}: an argument of dtype {x.dtype} (supported: "
+                              f"{', '.join(sorted(set(S.DTYPES.values())))})")
+        out.append(f"{dtype}[{','.join(str(d) for d in x.shape)}]")
+    return out
 
 
 def infer_parallel(arg_specs) -> list[str]:

@@ -122,3 +122,28 @@ def test_estimate_program_prices_any_function_with_its_loop_and_caches(tmp_path)
     assert any("once per trip" in x for x in doc["limits"]) and doc["estimated_ms"] >= doc["floors"]["compute_ms"]
     again = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path, timeout=600, env=env)
     assert json.loads(again.stdout)["cached"] and json.loads(again.stdout)["estimated_ms"] == doc["estimated_ms"]
+
+
+@pytest.mark.unit
+def test_estimate_program_inputs_are_one_source_of_arguments(tmp_path):
+    (tmp_path / "p.py").write_text(PROGRAM + "\n\ndef broken():\n    raise RuntimeError('no inputs today')\n")
+    env = {**os.environ, "MAXKERNEL_CACHE_DIR": str(tmp_path / "cache")}
+    for args, says in ((["--inputs", "p.py:broken", "--arg", "bf16[8,128]"], "once"),
+                       (["--inputs", "p.py:broken"], "no inputs today")):
+        r = subprocess.run([sys.executable, "-m", "maxkernel.cli", "estimate", "--program", "p.py:chunked", *args],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=120, env=env)
+        assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_estimate_program_takes_a_suite_tasks_own_workload_and_create_inputs():
+    base = str(ROOT / "jaxbench" / "12p_RMSNorm" / "baseline.py")
+    r = mk("estimate", "--program", f"{base}:workload", "--inputs", f"{base}:create_inputs", "--parallel", "D8",
+           "--chip", "v5e", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    task = json.loads(mk("estimate", "--task", "12p_RMSNorm", "--chip", "v5e", "--json").stdout)
+    assert doc["ok"] and task["ok"] and "bfloat16[8,4096,8192]" in r.stderr
+    assert doc["floors"]["memory_ms"] == pytest.approx(task["floors"]["memory_ms"], rel=0.01)  # the same bytes
+    assert doc["estimated_ms"] == pytest.approx(task["estimated_ms"], rel=0.05)  # the same program, priced alike
