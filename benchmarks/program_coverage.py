@@ -1,0 +1,116 @@
+"""`estimate --program` on the suites' own baselines: workload and create_inputs, no task folder.
+
+    python3 benchmarks/program_coverage.py [--suite jaxbench|realworld|all] [--task T ...] [--chip v5e --chip v6e]
+                                           [--out benchmarks/results/program_coverage]
+
+For each task, runs `maxkernel estimate --program baseline.py:workload --inputs baseline.py:create_inputs` with
+--parallel naming the dims the task's PARALLEL_DIMS names (by their sizes, D<size>), beside `estimate --task` (the
+same baseline through its task folder), and records both estimates or the named reason there is none. Resumable:
+OUT.json keeps the rows made; OUT.md is the table. Every figure is an estimate, not a measured TPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _tasks(suite: str) -> list[Path]:
+    out = []
+    if suite in ("jaxbench", "all"):
+        out += sorted(p for p in (ROOT / "jaxbench").iterdir() if (p / "baseline.py").is_file())
+    if suite in ("realworld", "all"):
+        out += sorted(p for p in (ROOT / "jaxbench" / "realworld").iterdir() if (p / "baseline.py").is_file())
+    return out
+
+
+def _parallel(folder: Path) -> list[str]:
+    """The task's independent dims as the --inputs names them (D<size>)."""
+    from maxkernel.harness.estimate import DEFAULT_PARALLEL_DIMS
+    from maxkernel.tasks import load_task
+
+    task = load_task(folder)
+    names = getattr(task.module, "PARALLEL_DIMS", None) or [d for d in DEFAULT_PARALLEL_DIMS if d in task.config]
+    return sorted({f"D{task.config[d]}" for d in names if isinstance(task.config.get(d), int) and task.config[d] > 1})
+
+
+def _collisions(folder: Path, parallel: list[str]) -> list[str]:
+    """Task dims that are not independent but share a size (so a D<size> name) with one that is: --inputs cannot
+    tell them apart, and shrinking the name shrinks both (8p_GEMM's K is 8192, like its M)."""
+    from maxkernel.tasks import load_task
+
+    task = load_task(folder)
+    named = set(getattr(task.module, "PARALLEL_DIMS", None) or ())
+    return sorted(d for d, v in task.config.items() if isinstance(v, int) and not isinstance(v, bool)
+                  and d not in named and f"D{v}" in parallel)
+
+
+def _estimate(args: list[str]) -> tuple[dict, float]:
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "maxkernel.cli", "estimate", *args, "--json"], capture_output=True,
+                       text=True, cwd=ROOT, timeout=1800)
+    wall = time.monotonic() - t0
+    if r.stdout.strip().startswith("{"):
+        return json.loads(r.stdout), wall
+    return {"ok": False, "error": (r.stderr.strip().splitlines() or ["no output"])[-1][:300], "stage": "usage"}, wall
+
+
+def row(folder: Path, chip: str) -> dict:
+    base = str(folder / "baseline.py")
+    par = _parallel(folder)
+    prog, wall = _estimate(["--program", f"{base}:workload", "--inputs", f"{base}:create_inputs", "--chip", chip,
+                            *[a for d in par for a in ("--parallel", d)]])
+    task, _ = _estimate(["--task", str(folder), "--chip", chip])
+    return {"task": folder.name, "chip": chip, "parallel": par, "collides": _collisions(folder, par),
+            "ok": bool(prog.get("ok")),
+            "program_ms": prog.get("estimated_ms"), "task_ms": task.get("estimated_ms"),
+            "under_priced": prog.get("under_priced"), "stage": prog.get("stage"),
+            "error": None if prog.get("ok") else (prog.get("error") or prog.get("summary")), "wall_s": round(wall, 1)}
+
+
+def markdown(rows: list[dict]) -> str:
+    ok = [r for r in rows if r["ok"]]
+    lines = ["# `estimate --program` on the suites' own baselines (TPU estimates, not measured)", "",
+             f"{len(ok)} of {len(rows)} (task, chip) pairs estimated. `benchmarks/program_coverage.py`.", "",
+             "| task | chip | --parallel | --program ms | --task ms | note |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        note = (("under-priced" if r["under_priced"] else "") if r["ok"]
+                else f"{r['stage']}: {str(r['error'])[:150]}").replace("|", "/")
+        if r.get("collides"):
+            note += f" (shrinks {', '.join(r['collides'])} too: same size as an independent dim)"
+        ms = [f"{v:.3g}" if isinstance(v, (int, float)) else "—" for v in (r["program_ms"], r["task_ms"])]
+        lines.append(f"| {r['task']} | {r['chip']} | {' '.join(r['parallel']) or '—'} | {ms[0]} | {ms[1]} | {note} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", default="all", choices=("jaxbench", "realworld", "all"))
+    ap.add_argument("--task", action="append")
+    ap.add_argument("--chip", action="append")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "program_coverage"))
+    args = ap.parse_args()
+    out = Path(args.out)
+    done = {}
+    if out.with_suffix(".json").is_file():
+        done = {(r["task"], r["chip"]): r for r in json.loads(out.with_suffix(".json").read_text())}
+    folders = [f for f in _tasks(args.suite) if not args.task or f.name in args.task]
+    for folder in folders:
+        for chip in args.chip or ["v5e", "v6e"]:
+            r = row(folder, chip)
+            done[(r["task"], r["chip"])] = r
+            print(json.dumps(r)[:400], flush=True)
+            rows = [done[k] for k in sorted(done)]
+            out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+            out.with_suffix(".md").write_text(markdown(rows))
+
+
+if __name__ == "__main__":
+    main()
