@@ -135,6 +135,12 @@ def estimate(target: Target, program: str | None, args: tuple, inputs: str | Non
     if r.ok:
         lines.append(f"floors: compute {r.floors['compute_ms']:.3g} ms, memory {r.floors['memory_ms']:.3g} ms; "
                      f"static profile {r.static_cycles_ms:.3g} ms ({r.fit.get('how')})")
+        u = r.uncertainty or {}
+        if u:
+            lines.append(f"uncertainty: extrapolated {u['extrapolation'] or 1:.3g}x from the largest profiled size; "
+                         f"fit residual {u['fit_max_residual'] or 0:.1%}; 0-cycle fill "
+                         f"{u['zero_cycle_fill_share'] or 0:.0%} and loop trips {u['loop_trips_share'] or 0:.0%} of "
+                         f"its cycles; decided by the {u['decided_by']}")
         lines += [f"limit: {x}" for x in r.limits]
     emit(as_json, r.model_dump(exclude={"kernel", "baseline"}) | {"programs": {
         "kernel": r.kernel.model_dump() if r.kernel else None,

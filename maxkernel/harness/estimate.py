@@ -138,6 +138,9 @@ class ProgramEstimate(BaseModel):
     data_dependent: bool = False
     under_priced: str | None = Field(None, description="Why the static profile prices less than the task's work "
                                      "physically needs (a finding: the estimate then is the floor, not the profile).")
+    uncertainty: dict = Field(default_factory=dict, description="What the error depends on: extrapolation (full size "
+                              "over the largest profiled), fit_max_residual, zero_cycle_fill_share, loop_trips_share "
+                              "(of the largest profile's cycles), decided_by (static profile or roofline floor).")
     libtpu_flags: list[str] = Field(default_factory=list)
     libtpu: str | None = None
     error: str | None = None
@@ -171,6 +174,7 @@ class Estimate(BaseModel):
     limits: list[str] = Field(default_factory=list)
     data_dependent: bool = False
     under_priced: str | None = Field(None, description="The estimated program's profile is below its floors: why.")
+    uncertainty: dict = Field(default_factory=dict, description="The estimated program's: see ProgramEstimate.")
     libtpu: str | None = None
     kernel: ProgramEstimate | None = None
     baseline: ProgramEstimate | None = None
@@ -262,7 +266,7 @@ def _combine(kern: ProgramEstimate | None, base: ProgramEstimate, chip, size: st
                     own_floor_ms=main.own_floor_ms, static_cycles_ms=main.static_cycles_ms,
                     fraction_of_roofline=main.fraction_of_roofline, fit=main.fit, limits=limits,
                     data_dependent=main.data_dependent or (kern is not None and base.data_dependent),
-                    under_priced=main.under_priced, **common)
+                    under_priced=main.under_priced, uncertainty=main.uncertainty, **common)
 
 
 def _cache_path(key: str) -> Path:
@@ -558,12 +562,27 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
            "flops": flops, "rejected_dims": plan.get("rejected", {}),
            "pallas_calls": [{k: c[k] for k in ("name", "grid", "parallel")} for c in facts["pallas_calls"]],
            "fingerprints": plan.get("fingerprints") or []}
-    return ProgramEstimate(**{**base, "ok": True}, estimated_ms=estimated, bound=bound,
+    uncertainty = _uncertainty(rows, residual, estimated, cycles_ms, max(compute_ms, memory_ms))
+    return ProgramEstimate(**{**base, "ok": True}, estimated_ms=estimated, bound=bound, uncertainty=uncertainty,
                            floors={"compute_ms": floors["compute_ms"], "memory_ms": floors["memory_ms"]},
                            roofline_ms=roofline, own_floor_ms=top,
                            static_cycles_ms=raw_full / clock * 1e3,
                            fraction_of_roofline=roofline / estimated if roofline else None,
                            fit=fit, limits=limits, data_dependent=data_dependent, under_priced=under)
+
+
+def _uncertainty(rows: list[dict], residual: float | None, estimated: float, cycles_ms: float, floor_ms: float) -> dict:
+    """What the estimate's error depends on, as numbers: how far it was extrapolated (full size over the largest
+    profiled size), how well the line fits, how much of the largest profile is filled 0-cycle ops or loop trips
+    beyond the first, and whether the figure is the profile or a floor."""
+    last = max(rows, key=lambda r: r["x"])
+    total = last["cycles"] + last["zero_cycle_fill_cycles"]
+    once = last.get("cycles_once")
+    return {"extrapolation": 1.0 / last["x"] if last["x"] else None,
+            "fit_max_residual": residual,
+            "zero_cycle_fill_share": last["zero_cycle_fill_cycles"] / total if total else None,
+            "loop_trips_share": (last["cycles"] - once) / total if once is not None and total else None,
+            "decided_by": "static profile" if cycles_ms >= floor_ms else "roofline floor"}
 
 
 def _under_priced(static_ms: float, filled_ms: float, floors: dict, unknown_loops: list[str]) -> str | None:

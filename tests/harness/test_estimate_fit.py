@@ -93,3 +93,15 @@ def test_blockspec_bytes_raise_the_memory_floor_and_a_low_declared_cost_is_named
     assert e.fit["hbm_bytes_source"] == "block specs and grid"
     assert any("cost_estimate declares" in x for x in e.limits)
     assert e.bound == "memory"
+
+
+def test_the_estimate_states_what_its_error_depends_on():
+    pts = [(x, {"body": int(1e6 * x), "copy": 0}, {"copy": int((1 << 24) * x)}) for x in (1 / 16, 1 / 8, 1 / 4)]
+    loops = [{"name": "while", "trip_count": 4, "why": None}]
+    e = _fit(BASE, lines(pts, trips={"body": 4}, loops=loops), load_task("8p_GEMM"), V5E, "full", IO)
+    u = e.uncertainty
+    assert u["extrapolation"] == pytest.approx(4.0) and u["fit_max_residual"] < 1e-4
+    fill = (1 << 22) / V5E.device_hbm_bytes_per_s * V5E.clock
+    assert u["zero_cycle_fill_share"] == pytest.approx(fill / (4 * 250_000 + fill), rel=1e-3)
+    assert u["loop_trips_share"] == pytest.approx(3 * 250_000 / (4 * 250_000 + fill), rel=1e-3)
+    assert u["decided_by"] == "roofline floor"  # 1e6 cycles at full size is far under a 19.5 ms GEMM
