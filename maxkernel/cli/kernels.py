@@ -111,11 +111,8 @@ def estimate(target: Target, program: str | None, args: tuple, inputs: str | Non
     if program is not None:
         if target.task is not None:
             raise UsageError("--program estimates a function of its own: give it without --task and --kernel")
-        if inputs is not None:
-            if args:
-                raise UsageError("give the arguments once: --arg specs or --inputs FILE.py:FN")
-            args = tuple(_inputs_args(inputs))
-        spec, notes = _program_spec(program, list(args), list(gens), list(statics), list(parallel), flops)
+        spec, notes, args = _program_spec(program, list(args), inputs, list(gens), list(statics), list(parallel),
+                                          flops)
         what = f"{program} ({', '.join(args)})"
         kernel = None
     else:
@@ -147,30 +144,22 @@ def estimate(target: Target, program: str | None, args: tuple, inputs: str | Non
         "baseline": r.baseline.model_dump() if r.baseline else None}}, "\n".join(lines), ok=r.ok)
 
 
-def _inputs_args(inputs: str) -> list[str]:
-    from maxkernel.cli._common import UsageError
-    from maxkernel.tasknew.program import inputs_as_args
-    from maxkernel.tasknew.specs import SpecError
-
-    try:
-        return inputs_as_args(inputs)
-    except SpecError as exc:
-        raise UsageError(str(exc).replace("--from", "--inputs")) from None
-
-
-def _program_spec(program: str, args: list, gens: list, statics: list, parallel: list, flops: int | None):
-    """The task folder --program and its --arg specs make (under the cache folder), and what it assumed."""
+def _program_spec(program: str, args: list, inputs: str | None, gens: list, statics: list, parallel: list,
+                  flops: int | None):
+    """The task folder --program and its --arg specs (or --inputs) make (under the cache folder), and what it
+    assumed."""
     from maxkernel.cli._common import UsageError
     from maxkernel.settings import get_settings
-    from maxkernel.tasknew.program import program_task
+    from maxkernel.tasknew.program import program_folder
     from maxkernel.tasknew.specs import SpecError
 
     try:
-        task, notes = program_task(program, args, get_settings().cache_dir / "programs", gens=gens, static=statics,
-                                   parallel=parallel, flops=flops)
+        folder, notes, args = program_folder(program, args, get_settings().cache_dir / "programs", inputs=inputs, gens=gens,
+                                       static=statics, parallel=parallel, flops=flops)
     except SpecError as exc:
-        raise UsageError(str(exc).replace("--from", "--program")) from None
-    return str(task.path), notes
+        flag = "--inputs" if inputs and repr(inputs) in str(exc) else "--program"
+        raise UsageError(str(exc).replace("--from", flag)) from None
+    return str(folder), notes, args
 
 
 @click.command()

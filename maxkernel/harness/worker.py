@@ -25,6 +25,7 @@ HANDLERS = {
     "port": "maxkernel.harness.port_job",
     "task": "maxkernel.harness.task_job",
     "task_build": "maxkernel.tasknew.build_job",
+    "program_build": "maxkernel.tasknew.program_job",
 }
 
 

@@ -23,7 +23,7 @@ _log = logging.getLogger("maxkernel.mcp")
 
 # Task-level tools no sub-agent carries (the roots call them, or a person does from the CLI).
 TASK_TOOLS = ("maxkernel.tools.lookup:list_tasks", "maxkernel.tools.session_tools:evaluate_kernel",
-              "maxkernel.tools.task_builder:make_task")
+              "maxkernel.tools.task_builder:make_task", "maxkernel.tools.estimate_program:estimate_program")
 
 # What a tool that takes `tool_context` reads from the session, offered as arguments of its own.
 _SESSION_ARGS = {
@@ -205,12 +205,14 @@ class ToolHost:
                 resolve(self.root, args["path"])
             except WorkspaceError as exc:
                 return tool_error(str(exc), f"give a path relative to the workspace root {self.root}, e.g. kernel.py")
-        function = args.get("function")
-        if tool.name == "make_task" and isinstance(function, str) and function.rpartition(":")[0].lower().endswith(".py"):
-            try:
-                resolve(self.root, function.rpartition(":")[0])
-            except WorkspaceError as exc:
-                return tool_error(str(exc), "name a FILE.py:FUNCTION inside the workspace root")
+        for key in ("function", "program", "inputs"):  # make_task's and estimate_program's FILE.py:FUNCTION
+            spec = args.get(key)
+            if tool.name in ("make_task", "estimate_program") and isinstance(spec, str) \
+                    and spec.rpartition(":")[0].lower().endswith(".py"):
+                try:
+                    resolve(self.root, spec.rpartition(":")[0])
+                except WorkspaceError as exc:
+                    return tool_error(str(exc), "name a FILE.py:FUNCTION inside the workspace root")
         if tool.session:
             chip = args.get("chip")
             if isinstance(chip, str) and chip.strip():

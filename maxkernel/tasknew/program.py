@@ -19,9 +19,10 @@ from maxkernel.tasknew import specs as S
 from maxkernel.tasknew import template, validate
 from maxkernel.tasknew.build import _SOURCE_FILE, _positional_names, resolve_function
 
-__all__ = ["program_task", "infer_parallel", "inputs_as_args"]
+__all__ = ["program_task", "program_folder", "infer_parallel", "inputs_as_args"]
 
 _NOTES = "program.json"  # what the folder's figures assumed, said again on every estimate of it
+_ARGS = "arguments.json"  # the --arg specs it was made for (from --inputs, what that function returned)
 
 
 def inputs_as_args(spec: str) -> list[str]:
@@ -57,9 +58,11 @@ def infer_parallel(arg_specs) -> list[str]:
 
 
 def program_task(function: str, args: list[str], root: Path, *, gens: list[str] | None = None,
-                 static: list[str] | None = None, parallel: list[str] | None = None, flops: int | None = None):
+                 static: list[str] | None = None, parallel: list[str] | None = None, flops: int | None = None,
+                 key: str | None = None):
     """(the task, notes on what was assumed). SpecError for input that cannot be understood or a function that does
-    not trace at the shapes given."""
+    not trace at the shapes given. `key` names the folder in place of this call's own hash of what it was given
+    (a sandboxed job is given its caller's, made over the caller's paths)."""
     from maxkernel.tasks import Task
 
     statics, config, arg_specs = S.parse_specs(args, gens, static)
@@ -82,9 +85,10 @@ def program_task(function: str, args: list[str], root: Path, *, gens: list[str] 
     names = _positional_names(fn, len(arg_specs), statics)
     rows = [(n, s.dtype, s.dims, s.gen) for n, s in zip(names, arg_specs)]
     code = copy.read_bytes() if copy else source["module"].encode()
-    key = hashlib.sha256(json.dumps([function, args, gens, static, dims, flops], default=str).encode() + code)
+    key = key or hashlib.sha256(json.dumps([function, args, gens, static, dims, flops], default=str).encode()
+                                + code).hexdigest()
     name = f"program_{source['function']}"
-    folder = Path(root) / key.hexdigest()[:16] / name
+    folder = Path(root) / key[:16] / name
     if not (folder / "baseline.py").is_file():
         work = folder.with_name(f".{name}.tmp")
         shutil.rmtree(work, ignore_errors=True)
@@ -98,7 +102,7 @@ def program_task(function: str, args: list[str], root: Path, *, gens: list[str] 
         counted = {"flops": flops, "bytes": None}
         loops = False
         if flops is None:
-            task = Task(name=f"{name}_{key.hexdigest()[:8]}", path=work, source="folder")
+            task = Task(name=f"{name}_{key[:8]}", path=work, source="folder")
             try:
                 validate.trace_full(task)
             except validate.Refused as exc:
@@ -120,9 +124,36 @@ def program_task(function: str, args: list[str], root: Path, *, gens: list[str] 
             notes.append("FLOPs: the larger of XLA's cost analysis and the traced program's count (loops times "
                          "their lengths)")
         (work / _NOTES).write_text(json.dumps(notes))
+        (work / _ARGS).write_text(json.dumps(list(args)))
         shutil.rmtree(folder, ignore_errors=True)
         work.rename(folder)
     return Task(name=name, path=folder, source="folder"), json.loads((folder / _NOTES).read_text())
+
+
+def program_folder(function: str, args: list[str], root: Path, *, inputs: str | None = None, **kw):
+    """(the task folder, notes, the argument specs): program_task over --arg specs or --inputs FILE.py:FN, in this
+    process where it may import the user's code (a person's CLI), else in a sandboxed job (the MCP server:
+    tasknew/program_sandboxed.py)."""
+    from maxkernel.tasks import folder_code_is_sandboxed
+
+    if folder_code_is_sandboxed():
+        from maxkernel.tasknew.program_sandboxed import program_in_sandbox
+
+        folder, notes = program_in_sandbox(function, args, root, inputs=inputs, **kw)
+    else:
+        if inputs:
+            if args:
+                raise S.SpecError("give the arguments once: --arg specs or --inputs FILE.py:FN")
+            args = inputs_as_args(inputs)
+        task, notes = program_task(function, args, root, **kw)
+        folder = task.path
+    try:
+        made_for = json.loads((folder / _ARGS).read_text())
+    except (OSError, ValueError):
+        made_for = list(args)
+    if inputs and made_for:
+        notes = [f"arguments from {inputs}: {', '.join(map(str, made_for))}", *notes]
+    return folder, notes, [str(a) for a in made_for]
 
 
 def _census(task):

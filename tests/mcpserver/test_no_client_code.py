@@ -69,6 +69,13 @@ def workload(x):
 FUNCTION = '''
 def scale(x):
     return x * 3.0
+
+
+def shapes():  # estimate_program's inputs: the arguments scale takes, never allocated
+    import jax
+    import jax.numpy as jnp
+
+    return (jax.ShapeDtypeStruct((4096, 1024), jnp.float32),)
 '''
 
 
@@ -135,6 +142,9 @@ def test_no_tool_imports_a_clients_code_into_the_server(planted):
     made = _call(host, "make_task", {"function": "fn.py:scale", "args": ["f32[T=4096,1024]"]})
     assert made["ok"], made
     assert _call(host, "task_info", {"task": made["path"]})["inputs"]
+    for call in ({"args": ["f32[T=4096,1024]"]}, {"inputs": "fn.py:shapes"}):  # traced and counted in a job
+        r = _call(host, "estimate_program", {"program": "fn.py:scale", **call})
+        assert r["ok"] and r["estimated_ms"] > 0 and r["bound"] == "memory", r
     for function in ("fn:scale", "fn.PY:scale", "fn2.py:scale"):  # a module name, a case-varied file, a sibling
         r = _call(host, "make_task", {"function": function, "args": ["f32[4096,1024]"], "name": "again"})
         assert r.get("status") == "error" or not r.get("ok"), (function, r)

@@ -194,3 +194,21 @@ def test_make_task_names_a_file_inside_the_root(host, root):
     assert r["status"] == "error" and "leaves the workspace" in r["message"]
     r = _run(host.call("make_task", {"function": "../secret.PY:f", "args": ["f32[8]"]}))
     assert r["status"] == "error" and "leaves the workspace" in r["message"]
+
+
+@pytest.mark.parametrize("args, says", [
+    ({"program": "../secret.py:f", "args": ["f32[8]"]}, "leaves the workspace"),
+    ({"program": "kernel.py:f", "inputs": "../secret.py:g"}, "leaves the workspace"),
+    ({"program": "kernel.py:f"}, "arguments once"),
+    ({"program": "kernel.py:f", "args": ["f32[8]"], "inputs": "kernel.py:g"}, "arguments once"),
+    ({"program": "kernel.py:f", "args": ["f32[8]"], "chip": "h100"}, "unknown TPU chip"),
+    ({"program": "kernel.py:f", "args": ["f32[8]"], "flops": -1}, "flops"),
+    ({"program": "kernel.py", "args": ["f32[8]"]}, "FILE.py:FUNCTION"),
+    ({"program": "nope.py:f", "args": ["f32[8]"]}, "no draft file"),
+    ({"program": "kernel.py:f", "args": "f32[8]"}, "args"),
+])
+def test_estimate_program_refuses_bad_arguments_in_one_error(host, args, says):
+    """estimate_program's files are confined to the root, its arguments checked before any job runs: each mistake
+    is one error result naming it (nothing is estimated, nothing raised)."""
+    r = _run(host.call("estimate_program", args))
+    assert r["status"] == "error" and says in r["message"], r
