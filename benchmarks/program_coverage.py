@@ -4,7 +4,8 @@
                                            [--out benchmarks/results/program_coverage]
 
 For each task, runs `maxkernel estimate --program baseline.py:workload --inputs baseline.py:create_inputs` with
---parallel naming the dims the task's PARALLEL_DIMS names (by their sizes, D<size>), and with --compare-task beside
+--parallel naming the axes the task's PARALLEL_DIMS reach (ARG.AXIS: those whose size changes when only those dims
+are doubled, both evaluated abstractly; by their sizes, D<size>, where that cannot be told), and with --compare-task beside
 `estimate --task` (the same baseline through its task folder), and records both estimates or the named reason there is none. Resumable:
 OUT.json keeps the rows made; OUT.md is the table. Every figure is an estimate, not a measured TPU time.
 """
@@ -41,6 +42,35 @@ def _parallel(folder: Path) -> list[str]:
     return sorted({f"D{task.config[d]}" for d in names if isinstance(task.config.get(d), int) and task.config[d] > 1})
 
 
+def _axes(folder: Path) -> list[str]:
+    """The task's independent dims as --parallel ARG.AXIS addresses: the axes of create_inputs' arrays whose size
+    changes when only those dims are doubled (both evaluated abstractly); [] where that cannot be told."""
+    import jax
+
+    from maxkernel.harness.estimate import DEFAULT_PARALLEL_DIMS
+    from maxkernel.tasks import load_task
+
+    task = load_task(folder)
+    mod = task.module
+    names = getattr(mod, "PARALLEL_DIMS", None) or [d for d in DEFAULT_PARALLEL_DIMS if d in task.config]
+    probe = {d: 2 * task.config[d] for d in names if isinstance(task.config.get(d), int) and task.config[d] > 1}
+    sizes = getattr(mod, "SIZES", None)
+    if not probe or not isinstance(sizes, dict):
+        return []
+    sizes["_probe"] = probe
+    try:
+        full = jax.tree.leaves(jax.eval_shape(lambda: mod.create_inputs(size="full")))
+        doubled = jax.tree.leaves(jax.eval_shape(lambda: mod.create_inputs(size="_probe")))
+    except Exception:  # noqa: BLE001  (a task whose inputs are not made by dims(): by size names)
+        return []
+    finally:
+        sizes.pop("_probe", None)
+    if len(full) != len(doubled):
+        return []
+    return [f"{i}.{a}" for i, (f, d) in enumerate(zip(full, doubled)) if f.shape != d.shape and len(f.shape) ==
+            len(d.shape) for a, (x, y) in enumerate(zip(f.shape, d.shape)) if x != y]
+
+
 def _collisions(folder: Path, parallel: list[str]) -> list[str]:
     """Task dims that are not independent but share a size (so a D<size> name) with one that is: --inputs cannot
     tell them apart, and shrinking the name shrinks both (8p_GEMM's K is 8192, like its M)."""
@@ -64,11 +94,12 @@ def _estimate(args: list[str]) -> tuple[dict, float]:
 
 def row(folder: Path, chip: str, compare: bool) -> dict:
     base = str(folder / "baseline.py")
-    par = _parallel(folder)
+    par = _axes(folder) or _parallel(folder)
     prog, wall = _estimate(["--program", f"{base}:workload", "--inputs", f"{base}:create_inputs", "--chip", chip,
                             *[a for d in par for a in ("--parallel", d)]])
     task, _ = _estimate(["--task", str(folder), "--chip", chip]) if compare else ({}, 0.0)
-    return {"task": folder.name, "chip": chip, "parallel": par, "collides": _collisions(folder, par),
+    collides = [] if par and "." in par[0] else _collisions(folder, par)
+    return {"task": folder.name, "chip": chip, "parallel": par, "collides": collides,
             "ok": bool(prog.get("ok")),
             "program_ms": prog.get("estimated_ms"), "task_ms": task.get("estimated_ms"),
             "under_priced": prog.get("under_priced"), "stage": prog.get("stage"),

@@ -92,9 +92,10 @@ def compile_cmd(target: Target, timeout: float | None, as_json: bool) -> None:
 @click.option("--arg-gen", "gens", multiple=True, metavar="GEN", help="with --program: input generator per --arg")
 @click.option("--static", "statics", multiple=True, metavar="NAME=VALUE",
               help="with --program: keyword argument bound on every call")
-@click.option("--parallel", multiple=True, metavar="DIM",
+@click.option("--parallel", multiple=True, metavar="DIM|ARG.AXIS",
               help="with --program: a dim the program computes independently along (the estimator shrinks it); "
-                   "default the one dim leading every argument")
+                   "default the one dim leading every argument. With --inputs, ARG.AXIS (0.0: the first argument's "
+                   "first axis) names one axis apart from others of its size")
 @click.option("--flops", type=click.IntRange(min=1), default=None,
               help="with --program: its FLOPs at full size (default: XLA's cost analysis, which counts a loop body once)")
 def estimate(target: Target, program: str | None, args: tuple, inputs: str | None, gens: tuple, statics: tuple,

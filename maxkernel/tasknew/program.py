@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -19,16 +20,17 @@ from maxkernel.tasknew import specs as S
 from maxkernel.tasknew import template, validate
 from maxkernel.tasknew.build import _SOURCE_FILE, _positional_names, resolve_function
 
-__all__ = ["program_task", "program_folder", "infer_parallel", "inputs_as_args"]
+__all__ = ["program_task", "program_folder", "infer_parallel", "inputs_as_args", "inputs_and_parallel"]
 
 _NOTES = "program.json"  # what the folder's figures assumed, said again on every estimate of it
 _ARGS = "arguments.json"  # the --arg specs it was made for (from --inputs, what that function returned)
 
 
-def inputs_as_args(spec: str) -> list[str]:
+def inputs_as_args(spec: str, axes: set[tuple[int, int]] | frozenset = frozenset()) -> list[str]:
     """--inputs FILE.py:FN (a function returning the program's positional arguments, called with no arguments and
     evaluated abstractly: nothing is drawn or allocated) as --arg specs: one DTYPE[DIMS] per array it returns, in
-    order. Equal sizes share a dim name (D<size>), as in task new."""
+    order. Equal sizes share a dim name (D<size>), as in task new; the `axes` given as (argument, axis) are named
+    P<size> instead, apart from every other axis of their size (tokens and a hidden dim both 4096 wide)."""
     import jax
 
     fn, _, _ = resolve_function(spec)
@@ -40,15 +42,43 @@ def inputs_as_args(spec: str) -> list[str]:
     leaves = jax.tree.leaves(structs if isinstance(structs, (tuple, list)) else (structs,))
     if not leaves or not all(hasattr(x, "shape") and hasattr(x, "dtype") for x in leaves):
         raise S.SpecError(f"--inputs {spec}: it must return the program's arguments as arrays")
+    for arg, axis in sorted(axes):
+        if arg >= len(leaves) or axis >= len(leaves[arg].shape):
+            raise S.SpecError(f"--parallel {arg}.{axis}: --inputs {spec} returns {len(leaves)} arguments of shapes "
+                              f"{', '.join(str(tuple(x.shape)) for x in leaves)}: no axis {axis} of argument {arg}")
     names = {v: k for k, v in S.DTYPES.items()}  # the short name of each dtype (the last key listed wins)
     out = []
-    for x in leaves:
+    for i, x in enumerate(leaves):
         dtype = names.get(str(x.dtype))
         if dtype is None:
             raise S.SpecError(f"--inputs {spec}: an argument of dtype {x.dtype} (supported: "
                               f"{', '.join(sorted(set(S.DTYPES.values())))})")
-        out.append(f"{dtype}[{','.join(str(d) for d in x.shape)}]")
+        if axes:
+            dims = [f"{'P' if (i, a) in axes else 'D'}{d}={d}" for a, d in enumerate(x.shape)]
+        else:
+            dims = [str(d) for d in x.shape]
+        out.append(f"{dtype}[{','.join(dims)}]")
     return out
+
+
+_AXIS = re.compile(r"(\d+)\.(\d+)")
+
+
+def inputs_and_parallel(inputs: str, parallel: list[str] | None) -> tuple[list[str], list[str]]:
+    """(the --arg specs --inputs makes, the --parallel dim names): a --parallel ARG.AXIS (argument ARG's axis AXIS,
+    both from 0) names that axis alone, as P<size>; a dim name (D8) is kept."""
+    axes = {(int(m[1]), int(m[2])) for m in map(_AXIS.fullmatch, parallel or []) if m}
+    args = inputs_as_args(inputs, axes)
+    named = [d for d in parallel or [] if not _AXIS.fullmatch(d)]
+    sizes = {int(S.parse_specs([args[a]], [], [])[2][0].dims[x][1:]) for a, x in axes} if axes else set()
+    return args, named + [f"P{n}" for n in sorted(sizes)]
+
+
+def refuse_axes_without_inputs(parallel: list[str] | None) -> None:
+    bad = [d for d in parallel or [] if _AXIS.fullmatch(d)]
+    if bad:
+        raise S.SpecError(f"--parallel {bad[0]}: an ARG.AXIS address goes with --inputs; with --arg specs, name the "
+                          "dim (bf16[B=8,4096]) and pass --parallel B")
 
 
 def infer_parallel(arg_specs) -> list[str]:
@@ -144,7 +174,9 @@ def program_folder(function: str, args: list[str], root: Path, *, inputs: str | 
         if inputs:
             if args:
                 raise S.SpecError("give the arguments once: --arg specs or --inputs FILE.py:FN")
-            args = inputs_as_args(inputs)
+            args, kw["parallel"] = inputs_and_parallel(inputs, kw.get("parallel"))
+        else:
+            refuse_axes_without_inputs(kw.get("parallel"))
         task, notes = program_task(function, args, root, **kw)
         folder = task.path
     try:

@@ -10,15 +10,17 @@ __all__ = ["run"]
 
 
 def run(job: dict, scratch: Path) -> dict:
-    from maxkernel.tasknew.program import inputs_as_args, program_task
+    from maxkernel.tasknew.program import inputs_and_parallel, program_task, refuse_axes_without_inputs
     from maxkernel.tasknew.specs import SpecError
 
     try:
-        args = list(job["args"])
+        args, parallel = list(job["args"]), list(job.get("parallel") or [])
         if job.get("inputs"):
-            args = inputs_as_args(job["inputs"])
+            args, parallel = inputs_and_parallel(job["inputs"], parallel)
+        else:
+            refuse_axes_without_inputs(parallel)
         task, notes = program_task(job["function"], args, scratch / "out", gens=job.get("gens") or [],
-                                   static=job.get("static") or [], parallel=job.get("parallel") or [],
+                                   static=job.get("static") or [], parallel=parallel,
                                    flops=job.get("flops"), key=job["key"])
     except SpecError as exc:
         return {"status": "ok", "spec_error": str(exc)}

@@ -34,8 +34,9 @@ def estimate_program(program: str, args: list[str] | None = None, inputs: str = 
             evaluated abstractly (never allocated). Its dims are named D<size>.
         arg_gens: Optional, one per argument: "normal", "uniform:LO:HI", "int:LO:HI", "bool".
         static: Optional keyword arguments bound on every call, e.g. ["eps=1e-5"].
-        parallel: Dims whose slices the function computes independently (the estimator shrinks these), e.g. ["B"]
-            or ["D4096"] with inputs; default: the dim leading every argument.
+        parallel: Dims whose slices the function computes independently (the estimator shrinks these), e.g. ["B"];
+            with inputs, "D4096" (every axis 4096 wide) or "ARG.AXIS" ("0.0": the first argument's first axis
+            alone); default: the dim leading every argument.
         flops: The program's FLOP count where XLA's count is wrong (0: counted from the program).
         chip: v4, v5e (default), v5p, v6e or 7x.
 

@@ -126,10 +126,16 @@ def test_estimate_program_prices_any_function_with_its_loop_and_caches(tmp_path)
 
 @pytest.mark.unit
 def test_estimate_program_inputs_are_one_source_of_arguments(tmp_path):
-    (tmp_path / "p.py").write_text(PROGRAM + "\n\ndef broken():\n    raise RuntimeError('no inputs today')\n")
+    (tmp_path / "p.py").write_text(PROGRAM + "\n\ndef broken():\n    raise RuntimeError('no inputs today')\n"
+                                   "\n\ndef shapes():\n    return (jax.ShapeDtypeStruct((4096, 1024), jnp.bfloat16),"
+                                   " jax.ShapeDtypeStruct((1024, 1024), jnp.bfloat16))\n")
     env = {**os.environ, "MAXKERNEL_CACHE_DIR": str(tmp_path / "cache")}
     for args, says in ((["--inputs", "p.py:broken", "--arg", "bf16[8,128]"], "once"),
-                       (["--inputs", "p.py:broken"], "no inputs today")):
+                       (["--inputs", "p.py:broken"], "no inputs today"),
+                       (["--inputs", "p.py:shapes", "--parallel", "0.2"], "no axis 2 of argument 0"),
+                       (["--inputs", "p.py:shapes", "--parallel", "2.0"], "returns 2 arguments"),
+                       (["--arg", "bf16[T=4096,D=1024]", "--arg", "bf16[D,1024]", "--parallel", "0.0"],
+                        "goes with --inputs")):
         r = subprocess.run([sys.executable, "-m", "maxkernel.cli", "estimate", "--program", "p.py:chunked", *args],
                            capture_output=True, text=True, cwd=tmp_path, timeout=120, env=env)
         assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -147,3 +153,21 @@ def test_estimate_program_takes_a_suite_tasks_own_workload_and_create_inputs():
     assert doc["ok"] and task["ok"] and "bfloat16[8,4096,8192]" in r.stderr
     assert doc["floors"]["memory_ms"] == pytest.approx(task["floors"]["memory_ms"], rel=0.01)  # the same bytes
     assert doc["estimated_ms"] == pytest.approx(task["estimated_ms"], rel=0.05)  # the same program, priced alike
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_estimate_program_parallel_axes_keep_a_same_sized_dim_whole():
+    """8p_GEMM's K is 8192 wide like its M: --parallel D8192 shrinks both and the fit falls under the FLOP floor
+    (said as under_priced); --parallel 0.0 --parallel 1.1 (x's rows, w's columns) shrinks M and N alone, and the
+    program is priced as its task prices it."""
+    base = str(ROOT / "jaxbench" / "8p_GEMM" / "baseline.py")
+    prog = ["estimate", "--program", f"{base}:workload", "--inputs", f"{base}:create_inputs", "--chip", "v5e", "--json"]
+    merged = json.loads(mk(*prog, "--parallel", "D8192").stdout)
+    r = mk(*prog, "--parallel", "0.0", "--parallel", "1.1")
+    assert r.returncode == 0, r.stderr
+    apart = json.loads(r.stdout)
+    task = json.loads(mk("estimate", "--task", "8p_GEMM", "--chip", "v5e", "--json").stdout)
+    assert merged["ok"] and merged["under_priced"], merged["summary"]
+    assert apart["ok"] and not apart["under_priced"] and "P8192=8192" in apart["limits"][0], apart["summary"]
+    assert apart["estimated_ms"] == pytest.approx(task["estimated_ms"], rel=0.05)
