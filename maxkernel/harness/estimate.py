@@ -545,7 +545,10 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
         if c.get("vmem_limit_bytes"):
             limits.append(f"{c['name']} asks for a {int(c['vmem_limit_bytes']) >> 20} MiB scoped VMEM limit")
     estimated = max(cycles_ms, compute_ms, memory_ms)
-    under = _under_priced(raw_full / clock * 1e3, cycles_ms, floors, sorted(set(unknown_loops)))
+    slope = None  # the cycles the line adds from x = 0 to the full size, where it was extrapolated
+    if how.startswith("cycles = a + b*x") and b is not None:
+        slope = (b / clock * 1e3, max(xs), a / clock * 1e3)
+    under = _under_priced(raw_full / clock * 1e3, cycles_ms, floors, sorted(set(unknown_loops)), slope)
     if under:
         under += (". The estimate is the program's floor, not a priced program" if cycles_ms < estimated else
                   ". The estimate stands on the 0-cycle ops' HBM fill, a rough stand-in for the work not priced")
@@ -585,9 +588,12 @@ def _uncertainty(rows: list[dict], residual: float | None, estimated: float, cyc
             "decided_by": "static profile" if cycles_ms >= floor_ms else "roofline floor"}
 
 
-def _under_priced(static_ms: float, filled_ms: float, floors: dict, unknown_loops: list[str]) -> str | None:
+def _under_priced(static_ms: float, filled_ms: float, floors: dict, unknown_loops: list[str],
+                  slope: tuple[float, float, float] | None = None) -> str | None:
     """Why the profile prices less than the work physically needs, or None: a profile below the task's FLOP floor
-    (or far below its HBM floor) misses work, and the estimate then stands on the floor, not on the profile."""
+    (or far below its HBM floor) misses work, or was extrapolated from sizes too small to be bound by that work, and
+    the estimate then stands on the floor, not on the profile. `slope`: (the fitted line's added ms from x = 0 to
+    x = 1, the largest profiled x, its fixed ms) where the figure was extrapolated."""
     why = []
     if floors["compute_ms"] and static_ms < UNDER_FLOPS * floors["compute_ms"]:
         why.append(f"its static profile ({static_ms:.3g} ms) is below the task's FLOP floor "
@@ -597,9 +603,18 @@ def _under_priced(static_ms: float, filled_ms: float, floors: dict, unknown_loop
                    f"the task's HBM floor ({floors['memory_ms']:.3g} ms), beyond the profiler's known DMA optimism")
     if not why:
         return None
-    cause = (f"loops whose trip count could not be read were priced once: {'; '.join(unknown_loops)}" if unknown_loops
-             else "the profile misses work (an op it prices at 0 cycles that moves no bytes it can see, or "
-                  "work outside the profiled module), or the task's declared FLOPs exceed what the program does")
+    if unknown_loops:
+        cause = f"loops whose trip count could not be read were priced once: {'; '.join(unknown_loops)}"
+    elif (slope and floors["compute_ms"] and slope[0] < UNDER_FLOPS * floors["compute_ms"] and slope[1] < 1
+          and slope[2] >= slope[0] * slope[1]):  # the fixed part is most of the largest profiled size's cycles
+        cause = (f"the profiled sizes (up to x = {slope[1]:.3g} of the full work) are held by a fixed cost "
+                 f"({slope[2]:.3g} ms: operands every size streams whole, such as a weight) and the line adds only "
+                 f"{slope[0]:.3g} ms for the rest of the work, under its {floors['compute_ms']:.3g} ms at peak: those "
+                 "sizes are too small to be compute-bound as the full size is, so the slope does not show the "
+                 "compute (raise MAXKERNEL_ESTIMATE_MAX_GFLOP to profile larger sizes)")
+    else:
+        cause = ("the profile misses work (an op it prices at 0 cycles that moves no bytes it can see, or "
+                 "work outside the profiled module), or the task's declared FLOPs exceed what the program does")
     return "; ".join(why) + f". Likely cause: {cause}"
 
 

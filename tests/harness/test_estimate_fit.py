@@ -42,6 +42,19 @@ def test_cycles_below_the_floor_give_the_floor():
     assert "below the task's FLOP floor" in e.under_priced and any(x.startswith("under-priced") for x in e.limits)
 
 
+def test_sizes_held_by_a_fixed_cost_are_named_as_too_small_not_as_missing_work():
+    """13p's baseline on v6e, profiled at 16, 32 and 64 of 8192 rows: the 1 GB unembedding streamed whole holds every
+    size (862 k cycles) and the line adds 2.85 M cycles for the rest, a sixth of the FLOPs at peak. The estimate is
+    the FLOP floor, and the reason names the sizes, not a profile that misses work (the forged profile above, with no
+    fixed cost, still gets that reason)."""
+    v6e = chips.get("v6e")
+    task = load_task("13p_Cross_Entropy")
+    pts = [(x, {"fusion": int(862_766 + 2_854_766 * x)}, {}) for x in (16 / 8192, 32 / 8192, 64 / 8192)]
+    e = _fit({**BASE, "chip": "v6e"}, lines(pts), task, v6e, "full", 1117847552)
+    assert e.estimated_ms == pytest.approx(e.floors["compute_ms"])
+    assert "too small to be compute-bound" in e.under_priced and "misses work" not in e.under_priced, e.under_priced
+
+
 def test_an_honest_profile_is_not_under_priced():
     pts = [(x, {"k": int(1000 + 3e7 * x)}, {}) for x in (1 / 64, 1 / 32, 1 / 16)]
     assert _fit(BASE, lines(pts), load_task("8p_GEMM"), V5E, "full", IO).under_priced is None
