@@ -128,6 +128,7 @@ def main() -> None:
     ap.add_argument("--chip", action="append")
     ap.add_argument("--compare-task", action="store_true",
                     help="also estimate the same baseline through its task folder (doubles the run time)")
+    ap.add_argument("--retry-failed", action="store_true", help="run again the rows recorded as not estimated")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "program_coverage"))
     args = ap.parse_args()
     out = Path(args.out)
@@ -137,7 +138,7 @@ def main() -> None:
     folders = [f for f in _tasks(args.suite) if not args.task or f.name in args.task]
     for folder in folders:
         for chip in args.chip or ["v5e", "v6e"]:
-            if (folder.name, chip) in done and done[(folder.name, chip)]["ok"]:
+            if (folder.name, chip) in done and (done[(folder.name, chip)]["ok"] or not args.retry_failed):
                 continue
             r = row(folder, chip, args.compare_task)
             done[(r["task"], r["chip"])] = r

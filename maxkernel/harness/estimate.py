@@ -47,9 +47,13 @@ KERNEL_TILES = 1
 KERNEL_MIN_SHARE = 1 / 64  # ... of the profiling budget: the least work a kernel's smallest profiled size does
 # A static profile below these shares of the task's floors misses work: it is reported under-priced, with the reason.
 # FLOPs: no program beats peak (a 10 % margin for rounding in the task's count). Bytes: libtpu's DMA model is
-# optimistic (it implied ~1.4 TB/s on v5e's 0.82), so only a profile under half the HBM floor is taken as missing work.
+# optimistic, by a factor that differs per chip, so a profile is taken as missing work only under half of what the
+# profiler itself prices for streaming the task's bytes (PROFILER_STREAM; half the HBM floor where unmeasured).
 UNDER_FLOPS = 0.9
 UNDER_BYTES = 0.5
+# Bytes per second libtpu 0.0.42.1's static profile implies for a plain stream (x * 2 over bf16[8192, 8192]: read
+# and write 256 MiB), measured by tests/harness/test_estimate_stream.py: 2.1x v5e's HBM, 2.9x v5p's, 4.0x v6e's.
+PROFILER_STREAM = {"v5e": 1.70e12, "v5p": 7.90e12, "v6e": 6.63e12}
 # A libtpu abort (the whole process dies) whose known cause this flag avoids; the estimate then describes a
 # slightly different program (VMEM memory-space assignment off) and says so.
 _RETRY_FLAG = "--xla_vf_vmem_memory_space_assignment=false"
@@ -548,7 +552,8 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
     slope = None  # the cycles the line adds from x = 0 to the full size, where it was extrapolated
     if how.startswith("cycles = a + b*x") and b is not None:
         slope = (b / clock * 1e3, max(xs), a / clock * 1e3)
-    under = _under_priced(raw_full / clock * 1e3, cycles_ms, floors, sorted(set(unknown_loops)), slope)
+    stream_ms = io_bytes / PROFILER_STREAM.get(chip.name, chip.device_hbm_bytes_per_s) * 1e3
+    under = _under_priced(raw_full / clock * 1e3, cycles_ms, floors, sorted(set(unknown_loops)), slope, stream_ms)
     if under:
         under += (". The estimate is the program's floor, not a priced program" if cycles_ms < estimated else
                   ". The estimate stands on the 0-cycle ops' HBM fill, a rough stand-in for the work not priced")
@@ -589,7 +594,7 @@ def _uncertainty(rows: list[dict], residual: float | None, estimated: float, cyc
 
 
 def _under_priced(static_ms: float, filled_ms: float, floors: dict, unknown_loops: list[str],
-                  slope: tuple[float, float, float] | None = None) -> str | None:
+                  slope: tuple[float, float, float] | None = None, stream_ms: float | None = None) -> str | None:
     """Why the profile prices less than the work physically needs, or None: a profile below the task's FLOP floor
     (or far below its HBM floor) misses work, or was extrapolated from sizes too small to be bound by that work, and
     the estimate then stands on the floor, not on the profile. `slope`: (the fitted line's added ms from x = 0 to
@@ -598,9 +603,11 @@ def _under_priced(static_ms: float, filled_ms: float, floors: dict, unknown_loop
     if floors["compute_ms"] and static_ms < UNDER_FLOPS * floors["compute_ms"]:
         why.append(f"its static profile ({static_ms:.3g} ms) is below the task's FLOP floor "
                    f"({floors['compute_ms']:.3g} ms at peak)")
-    if floors["memory_ms"] and filled_ms < UNDER_BYTES * floors["memory_ms"]:
+    stream_ms = floors["memory_ms"] if stream_ms is None else stream_ms
+    if stream_ms and filled_ms < UNDER_BYTES * stream_ms:
         why.append(f"its static profile with 0-cycle ops filled ({filled_ms:.3g} ms) is under {UNDER_BYTES:.0%} of "
-                   f"the task's HBM floor ({floors['memory_ms']:.3g} ms), beyond the profiler's known DMA optimism")
+                   f"what the profiler prices for streaming the task's bytes ({stream_ms:.3g} ms; their HBM floor is "
+                   f"{floors['memory_ms']:.3g} ms)")
     if not why:
         return None
     if unknown_loops:
