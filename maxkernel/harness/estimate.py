@@ -51,6 +51,8 @@ KERNEL_MIN_SHARE = 1 / 64  # ... of the profiling budget: the least work a kerne
 # profiler itself prices for streaming the task's bytes (PROFILER_STREAM; half the HBM floor where unmeasured).
 UNDER_FLOPS = 0.9
 UNDER_BYTES = 0.5
+PLAIN_JAX = ("not a Pallas kernel (no pallas_call): priced as an XLA program, shrunk along the task's parallel dims "
+             "as its baseline is; the verdict does not accept it as a kernel")
 # Bytes per second libtpu 0.0.42.1's static profile implies for a plain stream (x * 2 over bf16[8192, 8192]: read
 # and write 256 MiB), measured by tests/harness/test_estimate_stream.py: 2.1x v5e's HBM, 2.9x v5p's, 4.0x v6e's.
 PROFILER_STREAM = {"v5e": 1.70e12, "v5p": 7.90e12, "v6e": 6.63e12}
@@ -259,8 +261,10 @@ def _combine(kern: ProgramEstimate | None, base: ProgramEstimate, chip, size: st
         at = "roofline unknown"
     summary = (f"TPU estimate on {chip.name} ({size} size): {main.estimated_ms:.3g} ms, {main.bound}-bound, {at}"
                + (f"; XLA baseline {base.estimated_ms:.3g} ms, speedup {speedup:.2f}x" if speedup else "")
+               + (" [not a Pallas kernel: priced as XLA's program]" if kern and PLAIN_JAX in main.limits else "")
                + (" [data-dependent: floored by the task's work]" if main.data_dependent else "")
-               + (" [under-priced: the static profile misses work (see under_priced)]" if main.under_priced else "")
+               + (" [under-priced: the profile prices less than the work needs (see under_priced)]"
+                  if main.under_priced else "")
                + (" [the baseline is under-priced: its static profile misses work]"
                   if kern and base.ok and base.under_priced else "")
                + ". Estimated from libtpu's static profile, not measured.")
@@ -354,6 +358,7 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
     _, full_bytes = task_work(task, size)
     job = {"kind": "estimate", "task": spec, "kernel": "kernel.py" if kernel else None, "chip": chip.name,
            "size": size, "tunables": tunables or {}, "dims_order": dims_order,
+           "xla_dims_order": _dims_order(task, False),  # a candidate with no pallas_call is planned as XLA's program
            "budget": {"flops": settings.estimate_max_gflop * 1e9, "bytes": settings.estimate_max_mb * 2**20,
                       "tiles": KERNEL_TILES, "min_share": KERNEL_MIN_SHARE,
                       "full_bytes": full_bytes}, "guard": jobs_guarded()}
@@ -541,6 +546,8 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
     if declared and spec_bytes is not None and sum(declared) < 0.5 * spec_bytes:
         limits.append(f"the kernel's cost_estimate declares {sum(declared):.3g} bytes, under the {spec_bytes:.3g} its "
                       "BlockSpecs fetch: the BlockSpec figure is used")
+    if plan.get("plain_jax"):
+        limits.append(PLAIN_JAX)
     data_dependent = bool(facts.get("data_dependent"))
     if data_dependent:
         limits.append("work depends on the data (" + ", ".join(facts["data_dependent"]) + "): the profiler cannot see "

@@ -379,10 +379,14 @@ def run(job: dict, scratch: Path) -> dict:
         return {"status": "error", "stage": "import", "error": compile_job.trim_error(exc)}
 
     try:
-        steps = plan(task, fn, size, chip, is_kernel, job["budget"], job.get("dims_order") or [])
-    except NotAKernel as exc:
-        return {"status": "error", "stage": "no_pallas", "error": str(exc),
-                "hint": "write the work inside pl.pallas_call: a kernel body over BlockSpec blocks and a grid"}
+        try:
+            steps = plan(task, fn, size, chip, is_kernel, job["budget"], job.get("dims_order") or [])
+        except NotAKernel as exc:
+            if job.get("xla_dims_order") is None:
+                return {"status": "error", "stage": "no_pallas", "error": str(exc),
+                        "hint": "write the work inside pl.pallas_call: a kernel body over BlockSpec blocks and a grid"}
+            # Plain JAX in the kernel slot is XLA's program: priced the way the baseline is (its parallel dims).
+            steps = {**plan(task, fn, size, chip, False, job["budget"], job["xla_dims_order"]), "plain_jax": True}
     except Exception as exc:  # noqa: BLE001
         full = str(exc)
         return {"status": "error", "stage": "lower", "error": compile_job.trim_error(exc), "hint": hint_for(full, chip)}

@@ -16,7 +16,7 @@ def estimate_tpu_time(task: str, kernel: str | None, chip: str = "v5e", size: st
     task's FLOPs at peak, the HBM bytes its BlockSpecs fetch at full bandwidth). The result is an ESTIMATE, not a
     measurement: use it to rank candidates and to see what limits a kernel (bound, fraction_of_roofline). A kernel
     that does not compile for the chip gets the compiler's error and hint instead of an estimate; one with no
-    pallas_call is not estimated as a kernel (stage no_pallas); a task whose baseline.py fails is reported as the
+    pallas_call is priced as XLA's program, as the baseline is, and says it is not a Pallas kernel; a task whose baseline.py fails is reported as the
     task's failure (stage task).
 
     Args:
