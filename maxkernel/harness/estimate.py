@@ -51,6 +51,12 @@ KERNEL_MIN_SHARE = 1 / 64  # ... of the profiling budget: the least work a kerne
 # profiler itself prices for streaming the task's bytes (PROFILER_STREAM; half the HBM floor where unmeasured).
 UNDER_FLOPS = 0.9
 UNDER_BYTES = 0.5
+# Chips libtpu's static profiler prices nothing on, by libtpu version (every program tried, with and without the
+# retry flag): refused before any process starts, saying what libtpu can do there instead.
+UNPROFILED = {"0.0.42.1": {
+    "v4": "its DMA latency model is 'only supported on VF/VL/GF/GL' (v5p, v5e, v6e): every v4 program's profile aborts",
+    "7x": "every 7x program's profile aborts on an LLO check (LloOpcodeIsScalarBranch; 12p, 8p's baseline, 1p's "
+          "kernel and baseline)"}}
 PLAIN_JAX = ("not a Pallas kernel (no pallas_call): priced as an XLA program, shrunk along the task's parallel dims "
              "as its baseline is; the verdict does not accept it as a kernel")
 # Bytes per second libtpu 0.0.42.1's static profile implies for a plain stream (x * 2 over bf16[8192, 8192]: read
@@ -304,6 +310,9 @@ def estimate_program(task, kernel: str | None, chip, size: str = "full", tunable
     """The estimate of one program, from the cache when (source, task, size, chip, libtpu version) was seen."""
     settings = get_settings()
     program = "kernel" if kernel else "baseline"
+    why = UNPROFILED.get(libtpu_version() or "", {}).get(chip.name)
+    if why:
+        return _unprofiled(task, program, chip, size, why)
     source = Path(kernel).read_bytes() if kernel else task.baseline_file.read_bytes()
     key = _key(task, source, chip, size, tunables, settings)
     path = _cache_path(key)
@@ -462,6 +471,21 @@ def _crash(base: dict, stderr: str, lines: list[dict], settings) -> ProgramEstim
     tail = (fatal[0] if fatal else " | ".join(stderr.strip().splitlines()[-3:]))[:400]
     return ProgramEstimate(**base, stage="abort", error=f"the profiling process died{at}: {tail or 'no output'}",
                            hint=_UNPRICEABLE_HINT if retried else f"libtpu flag {_RETRY_FLAG} avoids most libtpu aborts")
+
+
+def _unprofiled(task, program: str, chip, size: str, why: str) -> ProgramEstimate:
+    """A chip libtpu's profiler cannot price: said at once, with the task's floors where they can be had."""
+    try:
+        floors = roofline_floors(chip, *task_work(task, size))
+    except Exception:  # noqa: BLE001  (a task that fails is said by the chips that can be profiled)
+        floors = {}
+    shown = {k: floors[k] for k in ("compute_ms", "memory_ms")} if floors else {}
+    return ProgramEstimate(
+        ok=False, program=program, chip=chip.name, stage="chip", libtpu=libtpu_version(), floors=shown,
+        roofline_ms=floors.get("roofline_ms"),
+        error=f"no TPU estimate on {chip.name}: libtpu {libtpu_version()}'s static profiler cannot price it ({why})",
+        hint=f"what libtpu does for {chip.name}: the real compile (maxkernel compile --chip {chip.name}: errors, VMEM, "
+             "the roofline floor); estimates: v5e, v5p or v6e")
 
 
 def _dims_order(task, is_kernel: bool) -> list[str]:

@@ -252,3 +252,18 @@ def test_a_kernel_the_llo_type_check_rejects_is_told_the_known_rewrites():
     hint = crash("kernel", [est._RETRY_FLAG]).hint
     assert "bitcast" in hint and "im2col" in hint and "multiple of 16" in hint
     assert crash("baseline", [est._RETRY_FLAG]).hint == est._UNPRICEABLE_HINT  # XLA's program: no rewrite to offer
+
+
+@pytest.mark.integration
+def test_a_chip_libtpu_cannot_profile_is_said_at_once_with_what_it_can_do():
+    """v4 and 7x: libtpu 0.0.42.1's profiler aborts on every program there. The estimate says so before any
+    process starts (not after two aborted profiles), with the task's floors and where the compile still helps."""
+    need_module("libtpu", extra="tpu")
+    from maxkernel.harness.estimate_job import libtpu_version
+
+    if libtpu_version() not in est.UNPROFILED:
+        pytest.skip(f"libtpu {libtpu_version()}: which chips it profiles is not recorded; estimate tries them all")
+    for chip in ("v4", "7x"):
+        r = est.estimate_program(load_task("12p_RMSNorm"), None, chips.get(chip), "full")
+        assert not r.ok and r.stage == "chip" and "static profiler cannot price it" in r.error, r.error
+        assert f"compile --chip {chip}" in r.hint and r.floors["memory_ms"] > 0 and r.wall_s == 0.0
