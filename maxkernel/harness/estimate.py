@@ -53,10 +53,16 @@ UNDER_FLOPS = 0.9
 UNDER_BYTES = 0.5
 # Chips libtpu's static profiler prices nothing on, by libtpu version (every program tried, with and without the
 # retry flag): refused before any process starts, saying what libtpu can do there instead.
-UNPROFILED = {"0.0.42.1": {
-    "v4": "its DMA latency model is 'only supported on VF/VL/GF/GL' (v5p, v5e, v6e): every v4 program's profile aborts",
-    "7x": "every 7x program's profile aborts on an LLO check (LloOpcodeIsScalarBranch; 12p, 8p's baseline, 1p's "
-          "kernel and baseline)"}}
+UNPROFILED = {
+    "0.0.42.1": {
+        "v4": "its DMA latency model is 'only supported on VF/VL/GF/GL' (v5p, v5e, v6e): every v4 program's profile "
+              "aborts",
+        "7x": "every 7x program's profile aborts on an LLO check (LloOpcodeIsScalarBranch; 12p, 8p's baseline, 1p's "
+              "kernel and baseline); libtpu 0.0.52 from PyPI prices 7x (12p's and 8p's baselines, 1p's kernel)"},
+    "0.0.52": {
+        "v4": "its DMA latency model is 'only supported on VF/VL/GF/GL' (v5p, v5e, v6e): every v4 program's profile "
+              "aborts"},
+}
 PLAIN_JAX = ("not a Pallas kernel (no pallas_call): priced as an XLA program, shrunk along the task's parallel dims "
              "as its baseline is; the verdict does not accept it as a kernel")
 # Bytes per second libtpu 0.0.42.1's static profile implies for a plain stream (x * 2 over bf16[8192, 8192]: read
