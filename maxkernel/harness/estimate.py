@@ -63,6 +63,8 @@ UNPROFILED = {
         "v4": "its DMA latency model is 'only supported on VF/VL/GF/GL' (v5p, v5e, v6e): every v4 program's profile "
               "aborts"},
 }
+# The two largest sizes' slope replaces the line through all sizes when it reads the full size this much higher.
+CONVEX = 1.02
 PLAIN_JAX = ("not a Pallas kernel (no pallas_call): priced as an XLA program, shrunk along the task's parallel dims "
              "as its baseline is; the verdict does not accept it as a kernel")
 # Bytes per second libtpu 0.0.42.1's static profile implies for a plain stream (x * 2 over bf16[8192, 8192]: read
@@ -559,6 +561,13 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
         else:
             full_cycles, raw_full = a + b, ra + rb
             how = f"cycles = a + b*x fitted on {len(xs)} sizes, read at x = 1"
+            seg = _segment(xs, ys), _segment(xs, raw_ys)
+            if seg[0] and seg[1] and seg[0][0] + seg[0][1] > CONVEX * full_cycles:
+                # Convex: each added unit of work still costs more at the largest sizes (a dot leaving the
+                # weight-bound regime). The steady state is nearer the last slope than the line through them all.
+                (a, b), full_cycles, raw_full = seg[0], seg[0][0] + seg[0][1], max(seg[1][0] + seg[1][1], 0.0)
+                how = (f"cycles extrapolated along the slope of the two largest of {len(xs)} sizes, read at x = 1 "
+                       f"(steeper than the line through all: the cost per unit of work was still rising)")
     cycles_ms = full_cycles / clock * 1e3
     flops = float(task.flops(size) or 0.0)
     spec_bytes = traffic.get("bytes")
@@ -587,7 +596,7 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
             limits.append(f"{c['name']} asks for a {int(c['vmem_limit_bytes']) >> 20} MiB scoped VMEM limit")
     estimated = max(cycles_ms, compute_ms, memory_ms)
     slope = None  # the cycles the line adds from x = 0 to the full size, where it was extrapolated
-    if how.startswith("cycles = a + b*x") and b is not None:
+    if how.startswith(("cycles = a + b*x", "cycles extrapolated along")) and b is not None:
         slope = (b / clock * 1e3, max(xs), a / clock * 1e3)
     stream_ms = io_bytes / PROFILER_STREAM.get(chip.name, chip.device_hbm_bytes_per_s) * 1e3
     under = _under_priced(raw_full / clock * 1e3, cycles_ms, floors, sorted(set(unknown_loops)), slope, stream_ms)
@@ -660,6 +669,16 @@ def _under_priced(static_ms: float, filled_ms: float, floors: dict, unknown_loop
         cause = ("the profile misses work (an op it prices at 0 cycles that moves no bytes it can see, or "
                  "work outside the profiled module), or the task's declared FLOPs exceed what the program does")
     return "; ".join(why) + f". Likely cause: {cause}"
+
+
+def _segment(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
+    """(a, b) of the line through the two largest sizes' points, or None (fewer than two, or not growing)."""
+    pts = sorted(zip(xs, ys))[-2:]
+    if len(pts) < 2 or pts[1][0] <= pts[0][0] or pts[1][1] <= pts[0][1]:
+        return None
+    (x2, y2), (x3, y3) = pts
+    b = (y3 - y2) / (x3 - x2)
+    return y3 - b * x3, b
 
 
 def _line_fit(xs: list[float], ys: list[float]) -> tuple[float | None, float | None, float | None]:

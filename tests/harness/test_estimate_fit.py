@@ -55,6 +55,21 @@ def test_sizes_held_by_a_fixed_cost_are_named_as_too_small_not_as_missing_work()
     assert "too small to be compute-bound" in e.under_priced and "misses work" not in e.under_priced, e.under_priced
 
 
+def test_a_convex_profile_is_read_along_its_largest_sizes_slope():
+    """19k's baseline on v5e at 128, 256 and 512 of 4096 rows (the profile's own figures): the dot leaves the
+    weight-bound regime as it grows (79 k cycles for the second 128 rows, 117 k per 128 for the next 256), so the line
+    through all three reads the full size 8 % low, under the FLOP floor. Along the two largest sizes' slope it is
+    at the floor's 91 %: not under-priced."""
+    task = load_task("19k_Matmul_Subtract_Multiply_ReLU")
+    pts = [(x, {"fusion": c}, {}) for x, c in ((1 / 32, 240626), (1 / 16, 319399), (1 / 8, 553768))]
+    e = _fit(BASE, lines(pts), task, V5E, "full", 2 * (4096 * 8192 * 2 + 8192 * 8192))
+    seg = 553768 + (553768 - 319399) / (1 / 16) * (7 / 8)
+    assert e.fit["cycles_full"] == pytest.approx(seg) and "two largest" in e.fit["how"]
+    assert e.under_priced is None and e.static_cycles_ms == pytest.approx(seg / V5E.clock * 1e3)
+    line = [(x, {"k": int(1000 + 3e7 * x)}, {}) for x in (1 / 64, 1 / 32, 1 / 16)]  # a straight line is read as one
+    assert "fitted on 3 sizes" in _fit(BASE, lines(line), load_task("8p_GEMM"), V5E, "full", IO).fit["how"]
+
+
 def test_an_honest_profile_is_not_under_priced():
     pts = [(x, {"k": int(1000 + 3e7 * x)}, {}) for x in (1 / 64, 1 / 32, 1 / 16)]
     assert _fit(BASE, lines(pts), load_task("8p_GEMM"), V5E, "full", IO).under_priced is None
