@@ -106,14 +106,24 @@ def row(folder: Path, chip: str, compare: bool) -> dict:
             "error": None if prog.get("ok") else (prog.get("error") or prog.get("summary")), "wall_s": round(wall, 1)}
 
 
-def markdown(rows: list[dict]) -> str:
+def markdown(rows: list[dict], commit: str = "") -> str:
     ok = [r for r in rows if r["ok"]]
+    real = {f.name for f in _tasks("realworld")}
     lines = ["# `estimate --program` on the suites' own baselines (TPU estimates, not measured)", "",
-             f"{len(ok)} of {len(rows)} (task, chip) pairs estimated. `benchmarks/program_coverage.py`.", "",
-             "| task | chip | --parallel | --program ms | --task ms | note |", "|---|---|---|---|---|---|"]
+             f"{len(ok)} of {len(rows)} (task, chip) pairs estimated, from each task's `workload` and `create_inputs` "
+             f"with no task folder (`benchmarks/program_coverage.py`{', at ' + commit if commit else ''}).", "",
+             "| suite | chip | estimated | under-priced | not estimated | not run yet |", "|---|---|---|---|---|---|"]
+    for suite, names in (("jaxbench", {f.name for f in _tasks("jaxbench")}), ("realworld", real)):
+        for chip in ("v5e", "v6e"):
+            mine = [r for r in rows if r["task"] in names and r["chip"] == chip]
+            lines.append(f"| {suite} ({len(names)}) | {chip} | {sum(r['ok'] for r in mine)} | "
+                         f"{sum(bool(r['ok'] and r['under_priced']) for r in mine)} | "
+                         f"{sum(not r['ok'] for r in mine)} | {len(names) - len(mine)} |")
+    lines += ["", "| task | chip | --parallel | --program ms | --task ms | note |", "|---|---|---|---|---|---|"]
     for r in rows:
-        note = (("under-priced" if r["under_priced"] else "") if r["ok"]
-                else f"{r['stage']}: {str(r['error'])[:150]}").replace("|", "/")
+        note = (("under-priced: " + str(r["under_priced"]).split(". Likely cause: ")[-1][:160]
+                 if r["under_priced"] else "") if r["ok"]
+                else f"{r['stage']}: {str(r['error'])[:150]}").replace("|", "/").replace("\n", " ")
         if r.get("collides"):
             note += f" (shrinks {', '.join(r['collides'])} too: same size as an independent dim)"
         ms = [f"{v:.3g}" if isinstance(v, (int, float)) else "—" for v in (r["program_ms"], r["task_ms"])]
@@ -128,6 +138,8 @@ def main() -> None:
     ap.add_argument("--chip", action="append")
     ap.add_argument("--compare-task", action="store_true",
                     help="also estimate the same baseline through its task folder (doubles the run time)")
+    ap.add_argument("--merge", nargs="+", metavar="JSON", help="only merge these runs' rows into OUT and write its table")
+    ap.add_argument("--commit", default="", help="the commit the rows were made at, said in the table")
     ap.add_argument("--retry-failed", action="store_true", help="run again the rows recorded as not estimated")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "program_coverage"))
     args = ap.parse_args()
@@ -135,6 +147,13 @@ def main() -> None:
     done = {}
     if out.with_suffix(".json").is_file():
         done = {(r["task"], r["chip"]): r for r in json.loads(out.with_suffix(".json").read_text())}
+    if args.merge:
+        for part in args.merge:
+            done.update({(r["task"], r["chip"]): r for r in json.loads(Path(part).read_text())})
+        rows = [done[k] for k in sorted(done)]
+        out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+        out.with_suffix(".md").write_text(markdown(rows, args.commit))
+        return
     folders = [f for f in _tasks(args.suite) if not args.task or f.name in args.task]
     for folder in folders:
         for chip in args.chip or ["v5e", "v6e"]:

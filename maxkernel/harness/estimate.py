@@ -476,7 +476,18 @@ def _crash(base: dict, stderr: str, lines: list[dict], settings) -> ProgramEstim
             return ProgramEstimate(**base, stage="abort", error=f"libtpu aborted{at}: {why} ({line.strip()[:200]})",
                                    hint=hint)
     fatal = [ln.strip() for ln in stderr.splitlines() if re.match(r"\s*F\d{4} ", ln) or "Check failed" in ln]
-    tail = (fatal[0] if fatal else " | ".join(stderr.strip().splitlines()[-3:]))[:400]
+    # A crash with no fatal line: libtpu's crash handler prints only its own noise (no crash socket, a core dumped,
+    # the signal raised); name the signal instead of quoting that noise.
+    signal = re.search(r"Raising signal (\d+)", stderr)
+    told = [ln for ln in stderr.strip().splitlines() if not re.search(r"coredump_hook|process_state\.cc", ln)]
+    if fatal:
+        tail = fatal[0][:400]
+    elif signal:
+        name = {"6": "SIGABRT", "11": "SIGSEGV: a crash inside libtpu", "9": "SIGKILL"}.get(signal[1], "")
+        tail = f"killed by signal {signal[1]}{f' ({name})' if name else ''}" + (
+            f" after: {' | '.join(told[-2:])[:300]}" if told else ", with no message from libtpu")
+    else:
+        tail = " | ".join(stderr.strip().splitlines()[-3:])[:400]
     return ProgramEstimate(**base, stage="abort", error=f"the profiling process died{at}: {tail or 'no output'}",
                            hint=_UNPRICEABLE_HINT if retried else f"libtpu flag {_RETRY_FLAG} avoids most libtpu aborts")
 

@@ -133,3 +133,17 @@ def test_the_estimate_states_what_its_error_depends_on():
     assert u["zero_cycle_fill_share"] == pytest.approx(fill / (4 * 250_000 + fill), rel=1e-3)
     assert u["loop_trips_share"] == pytest.approx(3 * 250_000 / (4 * 250_000 + fill), rel=1e-3)
     assert u["decided_by"] == "roofline floor"  # 1e6 cycles at full size is far under a 19.5 ms GEMM
+
+
+def test_a_crash_without_a_fatal_line_names_its_signal_not_the_crash_handlers_noise():
+    """11p's baseline: libtpu dies with only its crash handler's lines on stderr. The error names the signal."""
+    from maxkernel.harness.estimate import _crash
+    from maxkernel.settings import get_settings
+
+    stderr = ("E1205 08:27:48.623791      41 coredump_hook.cc:415] RAW: Cannot send fingerprint to Coroner: "
+              "[NOT_FOUND] stat failed on crash reporting socket\n"
+              "E1205 08:27:48.623793      41 coredump_hook.cc:467] RAW: Dumping core locally.\n"
+              "E1205 08:27:49.205308      41 process_state.cc:708] RAW: Raising signal 11 with default behavior\n")
+    e = _crash(BASE, stderr, [{"starting": {"M": 8}}], get_settings())
+    assert e.stage == "abort" and "killed by signal 11 (SIGSEGV" in e.error and "no message from libtpu" in e.error
+    assert "Coroner" not in e.error and "while profiling {'M': 8}" in e.error
