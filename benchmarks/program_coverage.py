@@ -154,7 +154,10 @@ def main() -> None:
         out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
         out.with_suffix(".md").write_text(markdown(rows, args.commit))
         return
-    folders = [f for f in _tasks(args.suite) if not args.task or f.name in args.task]
+    folders = _tasks(args.suite)
+    if args.task:  # in the order given
+        by_name = {f.name: f for f in folders}
+        folders = [by_name[t] for t in args.task if t in by_name]
     for folder in folders:
         for chip in args.chip or ["v5e", "v6e"]:
             if (folder.name, chip) in done and (done[(folder.name, chip)]["ok"] or not args.retry_failed):
