@@ -8,11 +8,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
 from maxkernel.tasknew import specs as S
+from maxkernel.tasknew.sandboxed import write_taken
 
 __all__ = ["program_in_sandbox", "PROGRAM_TIMEOUT_S"]
 
@@ -74,15 +73,7 @@ def program_in_sandbox(function: str, args: list[str], root: Path, *, inputs: st
             taken, notes = _take(res, key, name)
         finally:
             res.cleanup()
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=folder.parent))
-    try:
-        for file, data in taken.items():
-            (work / file).write_bytes(data)
-        shutil.rmtree(folder, ignore_errors=True)
-        work.rename(folder)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    write_taken(folder, taken)
     return folder, notes
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from maxkernel.tasknew import specs as S
 
-__all__ = ["build", "build_in_sandbox", "BUILD_TIMEOUT_S"]
+__all__ = ["build", "build_in_sandbox", "write_taken", "BUILD_TIMEOUT_S"]
 
 BUILD_TIMEOUT_S = 900.0  # tracing at full size, timing and shrinking the smoke size, calibrating: minutes at most
 _MAX_FILE = 4 << 20
@@ -63,6 +63,14 @@ def build_in_sandbox(function: str, args: list[str], out: Path, *, gens=None, st
             res.cleanup()
     if not report.ok:
         return report
+    write_taken(out, taken)
+    report.path = str(out.resolve())
+    report.summary = summary(report)
+    return report
+
+
+def write_taken(out: Path, taken: dict[str, bytes]) -> None:
+    """The files a job's copy-out took, as the folder `out` (written beside it, then renamed into place)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
@@ -73,9 +81,6 @@ def build_in_sandbox(function: str, args: list[str], out: Path, *, gens=None, st
         work.rename(out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report.path = str(out.resolve())
-    report.summary = summary(report)
-    return report
 
 
 def _take(res, task_name: str, function: str):
