@@ -63,6 +63,8 @@ UNPROFILED = {
         "v4": "its DMA latency model is 'only supported on VF/VL/GF/GL' (v5p, v5e, v6e): every v4 program's profile "
               "aborts"},
 }
+# Profiled cycles that vary less than this share across the sizes are a fixed cost, not a line to scale.
+FLAT = 0.02
 # The two largest sizes' slope replaces the line through all sizes when it reads the full size this much higher.
 CONVEX = 1.02
 PLAIN_JAX = ("not a Pallas kernel (no pallas_call): priced as an XLA program, shrunk along the task's parallel dims "
@@ -561,7 +563,17 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
         full_cycles, raw_full, how = ys[big], raw_ys[big], "profiled at full size"
     else:
         ra, rb, _ = _line_fit(xs, raw_ys)
-        if b is None or b <= 0 or rb is None or rb <= 0 or a + b <= 0 or ra + rb <= 0:
+        flat = len(set(xs)) >= 2 and max(ys) - min(ys) <= FLAT * max(ys)
+        if flat and (b is None or b <= 0 or rb is None or rb <= 0):
+            # The same cycles at every profiled size: a fixed cost (operands every size streams whole) hides the
+            # work the sizes add. Scaled in proportion it would be multiplied by 1/x (rw_fused_linear_cross_entropy:
+            # 2.88 M cycles at 4-16 of 8192 tokens, 512x = 841 ms on v6e); kept as the fixed cost, the floors decide.
+            full_cycles, raw_full = ys[big], raw_ys[big]
+            a, b = ys[big], 0.0
+            how = f"the same cycles at all {len(xs)} sizes (within {FLAT:.0%}): taken as a fixed cost, not scaled"
+            limits.append("cycles do not grow with the work over the profiled sizes: the largest size's cycles are "
+                          "taken as a fixed cost and the roofline floors decide the work")
+        elif b is None or b <= 0 or rb is None or rb <= 0 or a + b <= 0 or ra + rb <= 0:
             # One size, or sizes whose cycles do not grow with the work (XLA chose another program at another
             # size): scale the largest profiled size in proportion rather than trust a line through them.
             full_cycles, raw_full = ys[big] / xs[big], raw_ys[big] / xs[big]
@@ -607,8 +619,8 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
             limits.append(f"{c['name']} asks for a {int(c['vmem_limit_bytes']) >> 20} MiB scoped VMEM limit")
     estimated = max(cycles_ms, compute_ms, memory_ms)
     slope = None  # the cycles the line adds from x = 0 to the full size, where it was extrapolated
-    if how.startswith(("cycles = a + b*x", "cycles extrapolated along")) and b is not None:
-        slope = (b / clock * 1e3, max(xs), a / clock * 1e3)
+    if how.startswith(("cycles = a + b*x", "cycles extrapolated along", "the same cycles")) and b is not None:
+        slope = (b / clock * 1e3, max(xs), a / clock * 1e3, how.startswith("cycles extrapolated along"))
     stream_ms = io_bytes / PROFILER_STREAM.get(chip.name, chip.device_hbm_bytes_per_s) * 1e3
     under = _under_priced(raw_full / clock * 1e3, cycles_ms, floors, sorted(set(unknown_loops)), slope, stream_ms)
     if under:
@@ -651,11 +663,12 @@ def _uncertainty(rows: list[dict], residual: float | None, estimated: float, cyc
 
 
 def _under_priced(static_ms: float, filled_ms: float, floors: dict, unknown_loops: list[str],
-                  slope: tuple[float, float, float] | None = None, stream_ms: float | None = None) -> str | None:
+                  slope: tuple | None = None, stream_ms: float | None = None) -> str | None:
     """Why the profile prices less than the work physically needs, or None: a profile below the task's FLOP floor
     (or far below its HBM floor) misses work, or was extrapolated from sizes too small to be bound by that work, and
     the estimate then stands on the floor, not on the profile. `slope`: (the fitted line's added ms from x = 0 to
-    x = 1, the largest profiled x, its fixed ms) where the figure was extrapolated."""
+    x = 1, the largest profiled x, its fixed ms, whether it is the convex profile's last slope) where the figure
+    was extrapolated."""
     why = []
     if floors["compute_ms"] and static_ms < UNDER_FLOPS * floors["compute_ms"]:
         why.append(f"its static profile ({static_ms:.3g} ms) is below the task's FLOP floor "
@@ -670,9 +683,11 @@ def _under_priced(static_ms: float, filled_ms: float, floors: dict, unknown_loop
     if unknown_loops:
         cause = f"loops whose trip count could not be read were priced once: {'; '.join(unknown_loops)}"
     elif (slope and floors["compute_ms"] and slope[0] < UNDER_FLOPS * floors["compute_ms"] and slope[1] < 1
-          and slope[2] >= slope[0] * slope[1]):  # the fixed part is most of the largest profiled size's cycles
-        cause = (f"the profiled sizes (up to x = {slope[1]:.3g} of the full work) are held by a fixed cost "
-                 f"({slope[2]:.3g} ms: operands every size streams whole, such as a weight) and the line adds only "
+          and (slope[2] >= slope[0] * slope[1] or slope[3])):  # a fixed part holds the sizes, or cost still rising
+        held = (f"still rising (each added unit of work cost more at the larger sizes)" if slope[3] and
+                slope[2] < slope[0] * slope[1] else f"held by a fixed cost ({slope[2]:.3g} ms: operands every size "
+                                                    "streams whole, such as a weight)")
+        cause = (f"the profiled sizes (up to x = {slope[1]:.3g} of the full work) are {held} and the line adds only "
                  f"{slope[0]:.3g} ms for the rest of the work, under its {floors['compute_ms']:.3g} ms at peak: those "
                  "sizes are too small to be compute-bound as the full size is, so the slope does not show the "
                  "compute (raise MAXKERNEL_ESTIMATE_MAX_GFLOP to profile larger sizes)")

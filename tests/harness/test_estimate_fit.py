@@ -147,3 +147,26 @@ def test_a_crash_without_a_fatal_line_names_its_signal_not_the_crash_handlers_no
     e = _crash(BASE, stderr, [{"starting": {"M": 8}}], get_settings())
     assert e.stage == "abort" and "killed by signal 11 (SIGSEGV" in e.error and "no message from libtpu" in e.error
     assert "Coroner" not in e.error and "while profiling {'M': 8}" in e.error
+
+
+def test_the_same_cycles_at_every_size_are_a_fixed_cost_not_scaled_by_one_over_x():
+    """rw_fused_linear_cross_entropy's baseline on v6e at 4, 8 and 16 of 8192 tokens: 2.88 M cycles each (the
+    1 GB head streamed forward and back). Scaled in proportion that was 512x: 841 ms. Kept as a fixed cost, the FLOP
+    floor decides, and under_priced says the sizes were too small."""
+    v6e = chips.get("v6e")
+    task = load_task("rw_fused_linear_cross_entropy")
+    pts = [(x, {"f": c}, {}) for x, c in ((4 / 8192, 2880804), (8 / 8192, 2875839), (16 / 8192, 2876607))]
+    e = _fit({**BASE, "chip": "v6e"}, lines(pts), task, v6e, "full", 1 << 30)
+    assert e.fit["cycles_full"] == 2876607 and "fixed cost" in e.fit["how"]
+    assert e.estimated_ms == pytest.approx(e.floors["compute_ms"]) and e.estimated_ms < 100
+    assert "too small to be compute-bound" in e.under_priced
+
+
+def test_a_convex_profile_under_the_floor_names_its_rising_cost():
+    """19k's baseline on v6e: each added 128 rows still costs more at 512 than at 256 (the 4x wider MXU needs more
+    rows to be busy), so the sizes are too small, not a profile that misses work."""
+    v6e = chips.get("v6e")
+    task = load_task("19k_Matmul_Subtract_Multiply_ReLU")
+    pts = [(x, {"f": c}, {}) for x, c in ((1 / 32, 20000), (1 / 16, 30000), (1 / 8, 60000))]
+    e = _fit({**BASE, "chip": "v6e"}, lines(pts), task, v6e, "full", 2 * (4096 * 8192 * 2 + 8192 * 8192))
+    assert "two largest" in e.fit["how"] and "still rising" in e.under_priced, e.under_priced
