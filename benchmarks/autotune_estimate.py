@@ -32,7 +32,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("MAXKERNEL_CACHE_DIR", tempfile.mkdtemp(prefix="maxkernel-autotune-bench-"))
     os.environ["MAXKERNEL_ESTIMATE"] = "true"
-    from maxkernel.harness.estimate import estimate_program
+    from maxkernel.harness.estimate.estimator import estimate_program
     from maxkernel.settings import get_settings
     from maxkernel.tools.autotune import autotune
 

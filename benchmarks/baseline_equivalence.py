@@ -44,7 +44,7 @@ def main() -> int:
     import jax
     import numpy as np
 
-    from maxkernel.harness.numerics import reference_outputs, rel_error
+    from maxkernel.harness.verdict.numerics import reference_outputs, rel_error
     from maxkernel.tasks import load_task
 
     worst = 0.0

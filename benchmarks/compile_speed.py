@@ -26,7 +26,7 @@ def main() -> int:
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
-    from maxkernel.harness import compile_job as _compile_job
+    from maxkernel.harness.jobs import compile_job as _compile_job
     from maxkernel.tools.compile_pallas import TPU_CHIPS, compile_pallas
 
     rows = {}

@@ -61,7 +61,7 @@ def _print(row: dict) -> None:
 
 
 def gemm(rows: list) -> None:
-    from maxkernel.harness.estimate import estimate
+    from maxkernel.harness.estimate.estimator import estimate
 
     kernel = str(ROOT / "jaxbench/8p_GEMM/kernel.py")
     for chip, table in (("v5e", GEMM_V5E), ("v6e", GEMM_V6E)):
@@ -82,7 +82,7 @@ def gemm(rows: list) -> None:
 
 def other_chips(rows: list) -> None:
     """The same GEMM tiling on the chips the reference table does not cover (no reference figure to compare)."""
-    from maxkernel.harness.estimate import estimate
+    from maxkernel.harness.estimate.estimator import estimate
 
     kernel = str(ROOT / "jaxbench/8p_GEMM/kernel.py")
     for chip in ("v4", "v5p", "7x"):
@@ -93,7 +93,7 @@ def other_chips(rows: list) -> None:
 
 
 def rmsnorm(rows: list) -> None:
-    from maxkernel.harness.estimate import estimate
+    from maxkernel.harness.estimate.estimator import estimate
 
     kernel = str(ROOT / "jaxbench/12p_RMSNorm/kernel.py")
     for block, ref in RMSNORM_V5E_STATIC.items():
@@ -106,7 +106,7 @@ def rmsnorm(rows: list) -> None:
 
 
 def kernels(rows: list) -> None:
-    from maxkernel.harness.estimate import estimate
+    from maxkernel.harness.estimate.estimator import estimate
 
     for task in SHIPPED_KERNELS:
         t0 = time.monotonic()
@@ -116,7 +116,7 @@ def kernels(rows: list) -> None:
 
 
 def baselines(rows: list) -> None:
-    from maxkernel.harness.estimate import estimate
+    from maxkernel.harness.estimate.estimator import estimate
 
     for task in BEYOND_GEMM:
         t0 = time.monotonic()

@@ -63,7 +63,7 @@ def _kernel_path(row: dict) -> str:
 
 def estimated(row: dict) -> dict:
     """The estimate's side of one row: its figure and what it said of itself."""
-    from maxkernel.harness.estimate import estimate
+    from maxkernel.harness.estimate.estimator import estimate
 
     kernel = _kernel_path(row) if row.get("program") == "kernel" else None
     est = estimate(row["task"], kernel, row["chip"], "full", row.get("tunables"))
@@ -78,7 +78,7 @@ def estimated(row: dict) -> dict:
 
 def measured(row: dict, reps: int) -> float | None:
     """The harness's median device time of the row's program at full size (on the attached TPU)."""
-    from maxkernel.harness.evaluate import evaluate
+    from maxkernel.harness.verdict.evaluate import evaluate
 
     if row.get("program") == "kernel":
         v = evaluate(row["task"], _kernel_path(row), size="full", reps=reps, tunables=row.get("tunables"),

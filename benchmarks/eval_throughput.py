@@ -6,7 +6,7 @@ Overhead = an evaluation's wall time minus the candidate's own compile and runs 
 the candidate's second trace and TPU lowering, output hashing, comparison). Since verdict v2 every evaluation
 draws fresh seeds, so references are computed every time (two sandboxed jobs per verdict); before it they were
 cached after the first evaluation of a task. benchmarks/results/verdict_v2_overhead_*.json keep both. Since the
-persistent judge (harness/judge_service.py) the judge's job runs on a long-lived judge; MAXKERNEL_PERSISTENT_JUDGE=false
+persistent judge (harness/verdict/judge_service.py) the judge's job runs on a long-lived judge; MAXKERNEL_PERSISTENT_JUDGE=false
 starts a fresh one per verdict as before (benchmarks/results/persistent_judge_back_to_back.json keeps both).
 """
 
@@ -38,8 +38,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from maxkernel.harness.evaluate import Evaluator
-    from maxkernel.harness.sandbox import WorkerPool
+    from maxkernel.harness.verdict.evaluate import Evaluator
+    from maxkernel.harness.sandbox.pool import WorkerPool
 
     with Evaluator(WorkerPool(size=args.pool)) as ev:
         t0 = time.monotonic()

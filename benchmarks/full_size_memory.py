@@ -33,7 +33,7 @@ def compile_one(task_name: str, chip_name: str, baseline: str | None = None) -> 
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    from maxkernel.harness import compile_job
+    from maxkernel.harness.jobs import compile_job
     from maxkernel.tasks import load_task
 
     task = load_task(task_name)

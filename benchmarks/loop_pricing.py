@@ -39,7 +39,7 @@ def _earlier() -> dict:
 
 
 def row(name: str, chip: str, earlier: dict) -> dict:
-    from maxkernel.harness.estimate import estimate
+    from maxkernel.harness.estimate.estimator import estimate
 
     t0 = time.monotonic()
     e = estimate(_spec(name), None, chip, "full")

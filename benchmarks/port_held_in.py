@@ -37,7 +37,7 @@ COPY_KERNEL = ("import jax\nfrom jax.experimental import pallas as pl\n\n\ndef _
 
 
 def one(stem: str, work: Path) -> dict:
-    from maxkernel.harness.evaluate import evaluate
+    from maxkernel.harness.verdict.evaluate import evaluate
 
     out = work / f"port_{stem}"
     env = dict(os.environ, JAX_PLATFORMS="cpu", MAXKERNEL_DATA_DIR=str(work / "data"))

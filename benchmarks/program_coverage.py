@@ -34,7 +34,7 @@ def _tasks(suite: str) -> list[Path]:
 
 def _parallel(folder: Path) -> list[str]:
     """The task's independent dims as the --inputs names them (D<size>)."""
-    from maxkernel.harness.estimate import DEFAULT_PARALLEL_DIMS
+    from maxkernel.harness.estimate.estimator import DEFAULT_PARALLEL_DIMS
     from maxkernel.tasks import load_task
 
     task = load_task(folder)
@@ -47,7 +47,7 @@ def _axes(folder: Path) -> list[str]:
     changes when only those dims are doubled (both evaluated abstractly); [] where that cannot be told."""
     import jax
 
-    from maxkernel.harness.estimate import DEFAULT_PARALLEL_DIMS
+    from maxkernel.harness.estimate.estimator import DEFAULT_PARALLEL_DIMS
     from maxkernel.tasks import load_task
 
     task = load_task(folder)

@@ -36,7 +36,7 @@ def main() -> int:
     os.environ["MAXKERNEL_DATA_DIR"] = str(root / "data")
     os.environ.setdefault("MAXKERNEL_CACHE_DIR", str(root / "cache"))
 
-    from maxkernel.harness.evaluate import shared_evaluator
+    from maxkernel.harness.verdict.evaluate import shared_evaluator
     from maxkernel.search import Graph, make_config, run_search
     from maxkernel.tasks import load_task
 

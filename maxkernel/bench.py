@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import jaxbench
-from maxkernel.harness.verdict import Timing
+from maxkernel.harness.verdict.result import Timing
 from maxkernel.tasks import Task, load_task
 
 __all__ = ["list_tasks", "time_task", "time_fn"]
@@ -42,7 +42,7 @@ def time_task(task: Task, size: str, *, reps: int = 20, budget_s: float = 2.0, w
     import jax
 
     from maxkernel import chips
-    from maxkernel.harness.candidate_job import interpret_context, load_kernel
+    from maxkernel.harness.jobs.candidate_job import interpret_context, load_kernel
 
     backend = jax.default_backend()
     chip = chips.detect()

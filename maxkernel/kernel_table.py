@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from maxkernel.harness.configs import geomean  # the verdict's own: None when any value is missing
+from maxkernel.harness.verdict.configs import geomean  # the verdict's own: None when any value is missing
 
 __all__ = ["TableError", "run_table", "render_table", "summarize_table", "table_tasks", "RECORDS", "DOC"]
 
@@ -48,8 +48,8 @@ def table_tasks(suite: str, names: list[str] | None) -> list:
 
 def _key(task, kernel: Path, chips: list[str]) -> str:
     """What a record is valid for: the kernel's bytes, the task's files, the estimator's method and the chips."""
-    from maxkernel.harness.estimate import _method_digest
-    from maxkernel.harness.estimate_job import libtpu_version
+    from maxkernel.harness.estimate.estimator import _method_digest
+    from maxkernel.harness.estimate.facts import libtpu_version
 
     parts = [hashlib.sha256(kernel.read_bytes()).hexdigest(), task.digest, _method_digest(), libtpu_version(),
              sorted(chips)]
@@ -71,8 +71,8 @@ def _spec(task) -> str:
 def _chip_cell(task, kernel: Path, verdict, chip: str, sizes: list[str], compiled: dict) -> dict:
     """One chip's compile and estimate (per config, geomean speedup), with the tie between what was priced and
     what was checked; a speedup is reported only when every config was estimated and tied."""
-    from maxkernel.harness.estimate import estimate
-    from maxkernel.harness.integrity import priced_differs
+    from maxkernel.harness.estimate.estimator import estimate
+    from maxkernel.harness.verdict.integrity import priced_differs
 
     cell: dict = {"chip": chip, "compiled": all(compiled[(chip, s)].ok for s in sizes), "configs": {}}
     first = compiled[(chip, sizes[0])]
@@ -121,7 +121,7 @@ def _ran_out(error: str | None) -> bool:
 
 def _row(task, chips: list[str], key: str, progress: Callable[[str], None]) -> dict:
     """Judge, compile and estimate one task's shipped kernel."""
-    from maxkernel.harness.evaluate import evaluate
+    from maxkernel.harness.verdict.evaluate import evaluate
     from maxkernel.tools.compile_pallas import compile_many
 
     kernel = task.path / "kernel.py"

@@ -34,7 +34,7 @@ class TaskError(ValueError):
 
 # Where a folder task's code (its baseline.py, the function beside it) may run. In a person's own CLI it is their
 # code and runs in their process; in the MCP server anyone who can write into the root wrote it, so it runs only in
-# sandboxed jobs: the server knows a folder task by the facts a job read (`describe`, harness/task_facts.py).
+# sandboxed jobs: the server knows a folder task by the facts a job read (`describe`, harness/verdict/task_facts.py).
 _PROCESS_DESCRIBE: Callable | None = None
 _DESCRIBE = contextvars.ContextVar("maxkernel_folder_code_described_by", default=None)
 

@@ -15,7 +15,8 @@ def _refuse(what: str):
 
 def forbid_heavy_work(monkeypatch) -> None:
     """Make every entry into the sandbox and into libtpu's deviceless compiler raise for this test."""
-    from maxkernel.harness import compile_job, sandbox
+    from maxkernel.harness.jobs import compile_job
+    from maxkernel.harness.sandbox import pool as sandbox
 
     monkeypatch.setattr(sandbox.Worker, "start", classmethod(_refuse("started a sandboxed worker")))
     monkeypatch.setattr(sandbox.Worker, "submit", _refuse("submitted a sandboxed job"))

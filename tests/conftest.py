@@ -74,8 +74,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def evaluator():
     """One evaluator with two pre-started sandboxed workers (the candidate's and the judge's), shared by every test
     that judges kernels."""
-    from maxkernel.harness.evaluate import Evaluator
-    from maxkernel.harness.sandbox import WorkerPool
+    from maxkernel.harness.verdict.evaluate import Evaluator
+    from maxkernel.harness.sandbox.pool import WorkerPool
 
     with Evaluator(WorkerPool(size=2)) as ev:
         yield ev

@@ -8,7 +8,7 @@ import pytest
 from _extras import need_module
 
 from maxkernel import chips
-from maxkernel.harness.estimate import estimate, estimate_program
+from maxkernel.harness.estimate.estimator import estimate, estimate_program
 from maxkernel.tasks import load_task
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -82,7 +82,7 @@ def test_a_vmem_overflow_is_the_compilers_error_and_no_estimate(tmp_path):
 
 
 def test_a_second_call_is_answered_from_the_cache(gemm_estimates, monkeypatch):
-    import maxkernel.harness.estimate as est
+    import maxkernel.harness.estimate.estimator as est
 
     first = gemm_estimates[(512, 1024, 1024)]
     assert not first.cached

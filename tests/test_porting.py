@@ -50,7 +50,7 @@ def test_port_then_optimize_reports_both_verdicts(tmp_path):
     assert f"Pallas kernel: returned kernel {kernel}: held-out verdict CORRECT; " in doc["summary"], doc["summary"]
     assert "TPU estimate on v5e" in doc["summary"] or "no TPU estimate" in doc["summary"], doc["summary"]
     # The task folder is a task the harness judges: a Pallas kernel for it is correct, a wrong one is not.
-    from maxkernel.harness.evaluate import evaluate
+    from maxkernel.harness.verdict.evaluate import evaluate
 
     good = evaluate(str(out), KERNELS / "port_rmsnorm_module_pallas.py", size="smoke", estimate=False)
     assert good.status == "correct", good.reason

@@ -6,7 +6,7 @@ pytestmark = pytest.mark.unit
 
 
 def test_a_unit_test_cannot_start_a_sandbox_job():
-    from maxkernel.harness import sandbox
+    from maxkernel.harness.sandbox import pool as sandbox
 
     with pytest.raises(AssertionError, match="marked unit ran a sandboxed job"):
         sandbox.run_job({"kind": "candidate"})
@@ -16,7 +16,7 @@ def test_a_unit_test_cannot_start_a_sandbox_job():
 
 def test_a_unit_test_cannot_compile_with_libtpu():
     from maxkernel import chips
-    from maxkernel.harness import compile_job
+    from maxkernel.harness.jobs import compile_job
 
     with pytest.raises(AssertionError, match="started a libtpu compile"):
         compile_job._topology_device(chips.get("v5e"))

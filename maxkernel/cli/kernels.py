@@ -29,7 +29,7 @@ def evaluate(target: Target, seeds: int, replay_seeds: str | None, timeout: floa
     """The trusted verdict on a kernel: sandboxed, multi-seed, integrity-checked. Exit 0 correct, 1 any other
     verdict (incorrect, error, timeout, rejected, unverifiable_on_cpu), 2 usage."""
     from maxkernel.cli._common import UsageError
-    from maxkernel.harness.evaluate import evaluate as run_evaluate
+    from maxkernel.harness.verdict.evaluate import evaluate as run_evaluate
 
     exact = None
     if replay_seeds is not None:

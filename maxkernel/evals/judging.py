@@ -171,7 +171,7 @@ def judge_kernel(task: str, kernel: str | Path | None, size: str = "smoke", *, v
     A `verdict` (the evaluate JSON) already taken on the same held-out seeds and size is reused instead of
     running the kernel again. Nothing here trusts the agent: the kernel file is all it takes from it.
     """
-    from maxkernel.harness.evaluate import shared_evaluator
+    from maxkernel.harness.verdict.evaluate import shared_evaluator
     from maxkernel.tasks import load_task
 
     t = load_task(task)
@@ -201,7 +201,7 @@ def judge_kernel(task: str, kernel: str | Path | None, size: str = "smoke", *, v
     # Both speedups are against the XLA baseline timed the same way (in the judge's process), so their ratio
     # cancels that baseline.
     vs_ref = speedup / ref if speedup and ref else None
-    from maxkernel.harness.verdict import rank_speedup
+    from maxkernel.harness.verdict.result import rank_speedup
 
     rank, label = rank_speedup(v)
     ref_rank, ref_label = rank_speedup(ref_v) if ref_v else (None, "")

@@ -135,7 +135,7 @@ MISTAKES: tuple[Mistake, ...] = (
 def run(mistake: Mistake, folder: Path) -> dict:
     """Write the mistake's kernel into `folder` and put it through its check with the real tool; returns
     {"name", "family", "check", "hint", "hint_family", "text"} (text: what the tool said, for a reader)."""
-    from maxkernel.harness.evaluate import shared_evaluator
+    from maxkernel.harness.verdict.evaluate import shared_evaluator
     from maxkernel.tools.compile_pallas import compile_pallas
     from maxkernel.tools.run_tests import run_tests
 

@@ -113,7 +113,7 @@ async def serve_stdio(root: Path) -> None:
     """Serve one client on stdin/stdout (the SDK diverts fd 1 to stderr meanwhile: stdout carries only protocol)."""
     from mcp.server.stdio import stdio_server
 
-    from maxkernel.harness.task_facts import described
+    from maxkernel.harness.verdict.task_facts import described
     from maxkernel.tasks import sandbox_folder_code
 
     sandbox_folder_code(described)  # this process never imports code from the root, whatever thread asks
@@ -185,7 +185,7 @@ def http_app(root: Path, host: str, port: int, token: str | None, allow_hosts=()
 async def serve_http(root: Path, host: str, port: int, token: str | None, allow_hosts=()) -> None:
     import uvicorn
 
-    from maxkernel.harness.task_facts import described
+    from maxkernel.harness.verdict.task_facts import described
     from maxkernel.tasks import sandbox_folder_code
 
     sandbox_folder_code(described)  # this process never imports code from the root, whatever thread asks

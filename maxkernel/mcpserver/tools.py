@@ -230,10 +230,10 @@ class ToolHost:
     # -- the call ---------------------------------------------------------------------------------------------
     async def call(self, name: str, arguments: dict | None, on_event: Callable[[str], None] | None = None) -> dict:
         """The tool's result dict (errors in the house shape); never raises but for cancellation. The call runs in
-        a cancel scope of its own: when it is cancelled, every sandboxed job it started is killed (harness/cancel.py).
+        a cancel scope of its own: when it is cancelled, every sandboxed job it started is killed (harness/sandbox/cancel.py).
         `on_event` hears one line per sandboxed job started and finished, from the harness's threads."""
-        from maxkernel.harness.cancel import CancelScope, cancel_scope
-        from maxkernel.harness.task_facts import described
+        from maxkernel.harness.sandbox.cancel import CancelScope, cancel_scope
+        from maxkernel.harness.verdict.task_facts import described
         from maxkernel.tasks import folder_code_sandboxed
 
         scope = CancelScope(on_event)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from maxkernel.harness.arrays import load_arrays, save_arrays
-from maxkernel.harness.copyout import CopyOutError, read_bytes
-from maxkernel.harness.numerics import compare, rel_error
-from maxkernel.harness.sandbox import WorkerPool
-from maxkernel.harness.static_check import check_source
+from maxkernel.harness.verdict.arrays import load_arrays, save_arrays
+from maxkernel.harness.sandbox.copyout import CopyOutError, read_bytes
+from maxkernel.harness.verdict.numerics import compare, rel_error
+from maxkernel.harness.sandbox.pool import WorkerPool
+from maxkernel.harness.sandbox.static_check import check_source
 from maxkernel.port.spec import PortSpec, draw_check_size, draw_inputs, elements
 from maxkernel.tasknew import specs as S
 from maxkernel.tasks import DEFAULT_TOLERANCE

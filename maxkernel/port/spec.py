@@ -148,7 +148,7 @@ def _draw(rng: np.random.Generator, spec: S.ArgSpec, dims: dict, seed: int, dtyp
     """Like a task's own create_inputs: floats mixed-sign, the seed picking normal, uniform or heavy-tailed."""
     import ml_dtypes  # noqa: F401  (bfloat16 by name)
 
-    from maxkernel.harness.arrays import _dtype
+    from maxkernel.harness.verdict.arrays import _dtype
 
     shape = tuple(dims[n] if isinstance(n, str) else int(n) for n in spec.dims)
     kind, *bounds = spec.gen.split(":")

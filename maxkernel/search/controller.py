@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from maxkernel.harness.verdict import rank_speedup
+from maxkernel.harness.verdict.result import rank_speedup
 from maxkernel.search.algorithms import build_algorithm
 from maxkernel.search.config import SearchConfig
 from maxkernel.search.evaluator import SPENT, Cascade, run_stage, source_sha

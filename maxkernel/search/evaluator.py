@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from maxkernel.harness.verdict import rank_speedup
+from maxkernel.harness.verdict.result import rank_speedup
 from maxkernel.search.config import SearchConfig
 
 __all__ = ["Cascade", "Check", "NodeVerdict", "run_stage", "source_sha", "STAGES", "DEVICE_STAGES", "SPENT"]
@@ -38,7 +38,7 @@ def stage_spec(config: SearchConfig) -> dict:
 
 def run_stage(stage: str, spec: dict, source: str) -> dict:
     """Run one cascade stage on `source` in this process (through the sandboxed harness); JSON-able result."""
-    from maxkernel.harness.evaluate import shared_evaluator
+    from maxkernel.harness.verdict.evaluate import shared_evaluator
     from maxkernel.tools.compile_pallas import compile_pallas
     from maxkernel.tools.run_tests import report_from_verdict
 

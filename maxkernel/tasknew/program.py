@@ -192,7 +192,7 @@ def _census(task):
     """Where the traced program's FLOPs are (integrity's count: scan bodies times their lengths)."""
     import jax
 
-    from maxkernel.harness.integrity import census
+    from maxkernel.harness.verdict.integrity import census
 
     structs = jax.eval_shape(lambda: task.create_inputs(size="full", seed=0))
     return census(jax.make_jaxpr(task.module.workload)(*structs))

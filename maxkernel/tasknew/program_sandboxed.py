@@ -33,8 +33,8 @@ def _file(spec: str, flag: str) -> tuple[Path, str]:
 
 def program_in_sandbox(function: str, args: list[str], root: Path, *, inputs: str | None = None, gens=None,
                        static=None, parallel=None, flops: int | None = None) -> tuple[Path, list[str]]:
-    from maxkernel.harness.copyout import CopyOutError, read_bytes
-    from maxkernel.harness.sandbox import WorkerPool
+    from maxkernel.harness.sandbox.copyout import CopyOutError, read_bytes
+    from maxkernel.harness.sandbox.pool import WorkerPool
 
     if inputs and args:
         raise S.SpecError("give the arguments once: --arg specs or --inputs FILE.py:FN")
@@ -78,7 +78,7 @@ def program_in_sandbox(function: str, args: list[str], root: Path, *, inputs: st
 
 
 def _take(res, key: str, name: str) -> tuple[dict[str, bytes], list[str]]:
-    from maxkernel.harness.copyout import CopyOutError, read_bytes
+    from maxkernel.harness.sandbox.copyout import CopyOutError, read_bytes
 
     result = res.result or {}
     if res.status != "ok" or result.get("status") != "ok":

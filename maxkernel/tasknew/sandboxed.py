@@ -32,7 +32,7 @@ def build(function: str, args: list[str], out, **kw):
 
 def build_in_sandbox(function: str, args: list[str], out: Path, *, gens=None, static=None, smoke=None, flops=None,
                      name: str | None = None, configs=None, progress: Callable[[str], None] = lambda msg: None):
-    from maxkernel.harness.copyout import CopyOutError, read_bytes
+    from maxkernel.harness.sandbox.copyout import CopyOutError, read_bytes
     from maxkernel.tasknew.build import summary
 
     where, sep, fn = function.rpartition(":")
@@ -53,7 +53,7 @@ def build_in_sandbox(function: str, args: list[str], out: Path, *, gens=None, st
            "static": list(static or []), "smoke": list(smoke or []), "flops": flops, "name": task_name,
            "configs": list(configs or [])}
     progress("validating the function in a sandboxed job")
-    from maxkernel.harness.sandbox import WorkerPool
+    from maxkernel.harness.sandbox.pool import WorkerPool
 
     with WorkerPool(size=0) as pool:  # the scratch lives until the pool closes: the files are taken before that
         res = pool.run(job, files, BUILD_TIMEOUT_S)
@@ -85,7 +85,7 @@ def write_taken(out: Path, taken: dict[str, bytes]) -> None:
 
 def _take(res, task_name: str, function: str):
     """(the job's report, {file: bytes} of the task it wrote) from a finished build job."""
-    from maxkernel.harness.copyout import CopyOutError, read_bytes
+    from maxkernel.harness.sandbox.copyout import CopyOutError, read_bytes
     from maxkernel.tasknew.build import TaskReport
 
     result = res.result or {}

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from maxkernel.harness import numerics
+from maxkernel.harness.verdict import numerics
 from maxkernel.tasks import DEFAULT_TOLERANCE
 
 __all__ = ["Check", "Refused", "trace_full", "costs", "time_smoke", "calibrate", "degenerate_leaves", "suite_checks",

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from maxkernel import pysource
-from maxkernel.harness.evaluate import shared_evaluator
+from maxkernel.harness.verdict.evaluate import shared_evaluator
 from maxkernel.settings import get_settings
 from maxkernel.tools.compile_pallas import compile_many
 
@@ -231,7 +231,7 @@ def _on_accelerator() -> bool:
 
 def _priced_is_not_checked(verdict, est) -> str | None:
     """Why an estimate (a cache hit by now) does not price the program the verdict checked, or None."""
-    from maxkernel.harness.integrity import priced_differs
+    from maxkernel.harness.verdict.integrity import priced_differs
 
     if not est.ok:
         return "the priced program cannot be tied to the checked one (it has no estimate now)"
@@ -243,7 +243,7 @@ def _by_estimate(task, kernel, chip, size, configs, compiled, cache, seeds, max_
     """Off a TPU: estimate every configuration that compiled (TPU time at full size, libtpu's static profile), then
     correctness-gate them fastest-estimate first; the first correct one is the best. Interpreter time ranks nothing."""
     from maxkernel import chips as chips_mod
-    from maxkernel.harness.estimate import estimate_program
+    from maxkernel.harness.estimate.estimator import estimate_program
     from maxkernel.tasks import load_task
 
     spec, target = load_task(task), chips_mod.get(chip)

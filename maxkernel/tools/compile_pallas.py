@@ -9,10 +9,10 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from maxkernel import chips
-from maxkernel.harness.copyout import MAX_RESULT_BYTES, CopyOutError, read_bytes
-from maxkernel.harness.estimate import TaskBaselineError, roofline_floors, task_work
-from maxkernel.harness.guard import jobs_guarded
-from maxkernel.harness.sandbox import WorkerPool
+from maxkernel.harness.sandbox.copyout import MAX_RESULT_BYTES, CopyOutError, read_bytes
+from maxkernel.harness.estimate.estimator import TaskBaselineError, roofline_floors, task_work
+from maxkernel.harness.sandbox.guard import jobs_guarded
+from maxkernel.harness.sandbox.pool import WorkerPool
 from maxkernel.settings import get_settings
 
 __all__ = ["CompileResult", "compile_pallas", "compile_many", "compile_pool", "TPU_CHIPS"]
@@ -53,7 +53,7 @@ class CompileResult(BaseModel):
 
 
 def _lint(source: str | None) -> list[dict]:
-    from maxkernel.harness.hints import lint
+    from maxkernel.harness.hints.diagnose import lint
 
     return [{"family": d.family, "hint": d.hint, "line": d.line} for d in lint(source)] if source else []
 
@@ -61,7 +61,7 @@ def _lint(source: str | None) -> list[dict]:
 def _with_source(raw: dict, source: str | None, findings: list[dict]) -> dict:
     """The job's record seen with the kernel's source (read here, in the parent, from the user's file): a failure
     the job could not name, or named without a line, gets the hint its text and the source give (with the line)."""
-    from maxkernel.harness.hints import diagnose
+    from maxkernel.harness.hints.diagnose import diagnose
 
     raw = dict(raw)
     if source and not raw.get("ok") and raw.get("error"):
@@ -140,7 +140,7 @@ def compile_many(task: str, kernel: str, chip_names: list[str], configs: list[di
     Results arrive one per compile; if the process is killed (timeout), finished ones are kept and the
     rest are reported as not compiled.
     """
-    from maxkernel.harness.compile_many_job import PROGRESS_FILE
+    from maxkernel.harness.jobs.compile_many_job import PROGRESS_FILE
 
     configs = configs or [{}]
     wanted = [(cfg, c) for cfg in configs for c in chip_names]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from maxkernel.harness.estimate import Estimate, estimate
+from maxkernel.harness.estimate.estimator import Estimate, estimate
 
 __all__ = ["estimate_tpu_time"]
 

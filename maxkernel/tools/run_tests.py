@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from maxkernel.harness.evaluate import shared_evaluator
-from maxkernel.harness.verdict import Verdict
+from maxkernel.harness.verdict.evaluate import shared_evaluator
+from maxkernel.harness.verdict.result import Verdict
 
 __all__ = ["Mismatch", "TestReport", "run_tests", "report_from_verdict"]
 

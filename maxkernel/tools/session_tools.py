@@ -87,7 +87,7 @@ def evaluate_kernel(tool_context: ToolContext, path: str = "kernel.py", seeds: i
         status (correct, incorrect, error, timeout, rejected), reason, correctness (error vs tolerance per seed),
         kernel and baseline timing, speedup, integrity, flags, hint.
     """
-    from maxkernel.harness.evaluate import evaluate
+    from maxkernel.harness.verdict.evaluate import evaluate
 
     try:
         kernel = _kernel(path, tool_context)

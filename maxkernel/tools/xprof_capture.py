@@ -13,9 +13,9 @@ from typing import Iterator, Literal
 from pydantic import BaseModel, Field
 
 from maxkernel import chips
-from maxkernel.harness.guard import jobs_guarded
-from maxkernel.harness.copyout import CopyOutError, copy_tree_into
-from maxkernel.harness.sandbox import WorkerPool
+from maxkernel.harness.sandbox.guard import jobs_guarded
+from maxkernel.harness.sandbox.copyout import CopyOutError, copy_tree_into
+from maxkernel.harness.sandbox.pool import WorkerPool
 from maxkernel.settings import get_settings
 from maxkernel.tasks import TaskError, load_task
 from maxkernel.tools import safepath

@@ -40,7 +40,7 @@ def judged_kernels(task: str) -> list[str]:
 def test_each_judged_rmsnorm_recording_is_priced_by_the_estimator(name):
     """The replay kernels the loop ranks must be ones libtpu's static profile can price on v5e (a bf16 multiply
     hits its LLO type check, and the loop then ranks by CPU interpreter time)."""
-    from maxkernel.harness.estimate import estimate
+    from maxkernel.harness.estimate.estimator import estimate
 
     kernel = REPLAY / "kernels" / name
     est = estimate("12p_RMSNorm", str(kernel), chip="v5e", size="full")

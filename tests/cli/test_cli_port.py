@@ -90,7 +90,7 @@ def test_replay_port_of_a_held_in_source_is_proven_and_becomes_a_task(tmp_path):
     # The harness loads and judges the ported task: a Pallas kernel written for it is correct (so the task's
     # reference is the operator), and one that copies its first input through is judged (incorrect, or rejected
     # for doing none of the task's FLOPs), never an error about the task.
-    from maxkernel.harness.evaluate import evaluate
+    from maxkernel.harness.verdict.evaluate import evaluate
 
     good = evaluate(str(out), Path(__file__).parents[1] / "port" / "kernels" / f"{stem}_pallas.py", size="smoke",
                     estimate=False)

@@ -57,7 +57,7 @@ def keep_chip(monkeypatch):
 # -- the real thing: sandboxed jobs, libtpu compiles -----------------------------------------------------------
 @pytest.mark.integration
 def test_evaluate_of_an_incorrect_kernel_exits_1_with_its_json_unchanged(tmp_path):
-    from maxkernel.harness.verdict import Verdict
+    from maxkernel.harness.verdict.result import Verdict
 
     r = mk("evaluate", "--task", "12p_RMSNorm", "--kernel", wrong(tmp_path), "--json", env=NO_ESTIMATE)
     assert r.returncode == 1, r.stderr[-3000:]
@@ -100,7 +100,7 @@ def test_test_of_an_incorrect_kernel_exits_1(tmp_path):
 
 # -- the mapping from answer to exit code, in process (the tools replaced by fakes) ----------------------------
 def _verdict(status: str):
-    from maxkernel.harness.verdict import Verdict
+    from maxkernel.harness.verdict.result import Verdict
 
     return Verdict(task="12p_RMSNorm", kernel_file=str(SHIPPED), size="smoke", status=status, reason=f"{status} (fake)")
 
@@ -109,7 +109,7 @@ def _verdict(status: str):
 @pytest.mark.parametrize("status, code", [("correct", 0), ("incorrect", 1), ("rejected", 1), ("error", 1),
                                           ("timeout", 1), ("unverifiable_on_cpu", 1)])
 def test_evaluate_exits_0_only_on_a_correct_verdict(status, code, monkeypatch, keep_chip, capsys):
-    import maxkernel.harness.evaluate as harness
+    import maxkernel.harness.verdict.evaluate as harness
 
     seen = {}
 
@@ -125,7 +125,7 @@ def test_evaluate_exits_0_only_on_a_correct_verdict(status, code, monkeypatch, k
 
 
 def _tool_results(ok: bool) -> dict:
-    from maxkernel.harness.estimate import Estimate
+    from maxkernel.harness.estimate.estimator import Estimate
     from maxkernel.tools.autotune import TuneResult
     from maxkernel.tools.compile_pallas import CompileResult
     from maxkernel.tools.run_tests import TestReport

@@ -38,7 +38,7 @@ def _wrong_task(tmp_path: Path) -> Path:
 @pytest.mark.integration
 @pytest.mark.timeout(1500)
 def test_the_table_judges_counts_only_correct_kernels_and_resumes(tmp_path, settings, monkeypatch):
-    import maxkernel.harness.evaluate as evaluate_mod
+    import maxkernel.harness.verdict.evaluate as evaluate_mod
     from maxkernel.kernel_table import run_table, table_tasks
 
     out = tmp_path / "table"
@@ -270,7 +270,7 @@ def test_a_baseline_whose_profile_ran_out_of_time_is_tried_again(monkeypatch):
     either program, so the row is tried again on the next run instead of being kept without a speedup."""
     from types import SimpleNamespace
 
-    import maxkernel.harness.estimate as estimate_mod
+    import maxkernel.harness.estimate.estimator as estimate_mod
     from maxkernel.kernel_table import _chip_cell
     from maxkernel.tasks import load_task
 

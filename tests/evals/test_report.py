@@ -10,7 +10,7 @@ from maxkernel.bench_agent import BenchError, load_records, run_bench_agent
 from maxkernel.cli import main
 from maxkernel.evals.judging import Judgement
 from maxkernel.evals.stats import summarize
-from maxkernel.harness.verdict import rank_speedup
+from maxkernel.harness.verdict.result import rank_speedup
 from maxkernel.report import CPU_WARNING, render_report
 
 pytestmark = pytest.mark.unit

@@ -5,7 +5,7 @@ import pytest
 from maxkernel.evals import sources
 from maxkernel.evals.judging import judge_kernel
 from maxkernel.evals.stats import summarize
-from maxkernel.harness.verdict import rank_speedup
+from maxkernel.harness.verdict.result import rank_speedup
 from maxkernel.tasks import load_task
 
 EST = {"ok": True, "chip": "v5e", "speedup_estimate": 0.61}

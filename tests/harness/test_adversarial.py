@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 def raw(evaluator):
     """The shared pool with the in-process guards (source allow-list, rebinding watch) off: these kernels attack
     the sandbox and the verdict behind those guards, which test_verdict_v2.py and test_static_check.py cover."""
-    from maxkernel.harness.evaluate import Evaluator
+    from maxkernel.harness.verdict.evaluate import Evaluator
 
     return Evaluator(evaluator.pool, static_check=False, watch=False, guard=False)
 
@@ -133,8 +133,8 @@ def test_no_network_from_the_sandbox(raw, tmp_path):
 
 
 def test_secrets_do_not_reach_the_candidate(tmp_path, monkeypatch):
-    from maxkernel.harness.evaluate import Evaluator
-    from maxkernel.harness.sandbox import WorkerPool
+    from maxkernel.harness.verdict.evaluate import Evaluator
+    from maxkernel.harness.sandbox.pool import WorkerPool
 
     secret = "sk-test-do-not-leak-1234"
     monkeypatch.setenv("GOOGLE_API_KEY", secret)

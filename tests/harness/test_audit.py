@@ -18,8 +18,8 @@ from jax import lax  # noqa: E402
 from jax.experimental import pallas as pl  # noqa: E402
 from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 
-from maxkernel.harness import audit  # noqa: E402
-from maxkernel.harness.audit import audit_module  # noqa: E402
+from maxkernel.harness.verdict import audit  # noqa: E402
+from maxkernel.harness.verdict.audit import audit_module  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -317,9 +317,9 @@ def test_a_census_that_ran_out_of_time_is_no_verdict_on_the_kernel():
     verdict is an error of stage census (never correct, tried again by the table), not a rejection."""
     from types import SimpleNamespace
 
-    from maxkernel.harness.evaluate import Evaluator
-    from maxkernel.harness.sandbox import WorkerPool
-    from maxkernel.harness.verdict import Correctness
+    from maxkernel.harness.verdict.evaluate import Evaluator
+    from maxkernel.harness.sandbox.pool import WorkerPool
+    from maxkernel.harness.verdict.result import Correctness
 
     census = {"pallas_calls": 1, "pallas_share": 1.0, "pallas_flops": 1.0, "outside_flops": 0.0}
     res = SimpleNamespace(result={"census": census, "backend": "cpu"})

@@ -1,4 +1,4 @@
-"""harness/cancel.py: a cancelled scope kills its workers, refuses new starts, and follows the call into threads."""
+"""harness/sandbox/cancel.py: a cancelled scope kills its workers, refuses new starts, and follows the call into threads."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from maxkernel.harness import cancel
-from maxkernel.harness.cancel import CancelScope, Cancelled, cancel_scope
+from maxkernel.harness.sandbox import cancel
+from maxkernel.harness.sandbox.cancel import CancelScope, Cancelled, cancel_scope
 
 
 class FakeWorker:
@@ -97,7 +97,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.integration
 def test_cancel_kills_real_pooled_workers_and_the_pool_starts_no_more():
     """Workers pre-started by a pool inside the scope die on cancel; the pool then refuses to start one."""
-    from maxkernel.harness.sandbox import WorkerPool
+    from maxkernel.harness.sandbox.pool import WorkerPool
 
     with cancel_scope() as scope:
         pool = WorkerPool(size=2)
@@ -121,8 +121,8 @@ def test_a_judge_whose_scratch_a_cancel_removed_is_abandoned_not_raised(tmp_path
     """The race CI met: a cancel discards the judge's worker (its scratch removed) while the judge's thread is still
     unwinding; the evaluation's cleanup then releases the judge. That must end the judge, not raise
     FileNotFoundError over the Cancelled the caller is owed."""
-    from maxkernel.harness import handoff
-    from maxkernel.harness.judge_pair import JudgePair
+    from maxkernel.harness.verdict import handoff
+    from maxkernel.harness.verdict.judge_pair import JudgePair
 
     gone = tmp_path / "w-judge"
     worker = FakeWorker()
@@ -152,7 +152,7 @@ def test_a_cancelled_evaluation_unwinds_and_leaves_nothing(tmp_path, monkeypatch
     import tempfile
     from pathlib import Path
 
-    from maxkernel.harness.evaluate import evaluate
+    from maxkernel.harness.verdict.evaluate import evaluate
 
     hang = Path(__file__).parent / "kernels" / "hostile" / "hang_kernel.py"
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the pool's folder goes here

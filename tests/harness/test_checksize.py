@@ -6,7 +6,7 @@ import random
 import jax
 import pytest
 
-from maxkernel.harness import checksize
+from maxkernel.harness.verdict import checksize
 from maxkernel.tasks import load_task
 
 pytestmark = pytest.mark.unit

@@ -4,7 +4,7 @@ span at load average 8, and the kernel was rejected as forged)."""
 
 import pytest
 
-from maxkernel.harness.evaluate import _clock_problem
+from maxkernel.harness.verdict.evaluate import _clock_problem
 
 pytestmark = pytest.mark.unit
 

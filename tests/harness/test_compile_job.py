@@ -7,8 +7,8 @@ import pytest
 from _extras import missing, need_module
 
 from maxkernel import chips
-from maxkernel.harness import compile_job as _compile_job
-from maxkernel.harness.hints import hint_for
+from maxkernel.harness.jobs import compile_job as _compile_job
+from maxkernel.harness.hints.diagnose import hint_for
 
 KERNELS = Path(__file__).parents[1] / "tools" / "kernels"
 TPU_NAMES = [c.name for c in chips.CHIPS.values() if c.is_tpu]

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from maxkernel.harness.configs import combine, geomean
-from maxkernel.harness.verdict import Correctness, Verdict
+from maxkernel.harness.verdict.configs import combine, geomean
+from maxkernel.harness.verdict.result import Correctness, Verdict
 from maxkernel.tasks import load_task
 
 BASELINE = '''
@@ -103,7 +103,7 @@ def test_combining_takes_the_geomean_the_worst_error_and_the_first_failure():
 def test_the_combined_correctness_is_the_worst_configs_whole():
     """Every figure of the combined correctness comes from one config, the one nearest its bounds: its error, its
     Frobenius error, its tolerances and its per-seed rows, never the first config's beside another's error."""
-    from maxkernel.harness.verdict import SeedCheck
+    from maxkernel.harness.verdict.result import SeedCheck
 
     def verdict(err, tol, fro, fro_tol, seed):
         row = SeedCheck(seed=seed, ok=True, max_rel_err=err, fro_err=fro)

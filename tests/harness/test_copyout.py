@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from maxkernel.harness.arrays import load_arrays, save_arrays
-from maxkernel.harness.copyout import CopyOutError, copy_tree, open_regular, read_bytes, read_json
+from maxkernel.harness.verdict.arrays import load_arrays, save_arrays
+from maxkernel.harness.sandbox.copyout import CopyOutError, copy_tree, open_regular, read_bytes, read_json
 
 pytestmark = pytest.mark.unit
 

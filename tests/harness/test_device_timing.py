@@ -2,8 +2,8 @@
 
 import pytest
 
-from maxkernel.harness.device_timing import device_ms_per_run
-from maxkernel.harness.xplane import Event, Line, Plane
+from maxkernel.harness.jobs.device_timing import device_ms_per_run
+from maxkernel.harness.estimate.xplane import Event, Line, Plane
 
 pytestmark = pytest.mark.unit
 

@@ -3,7 +3,7 @@
 import pytest
 
 from maxkernel import chips
-from maxkernel.harness.estimate import _fit
+from maxkernel.harness.estimate.estimator import _fit
 from maxkernel.tasks import load_task
 
 pytestmark = pytest.mark.unit
@@ -137,7 +137,7 @@ def test_the_estimate_states_what_its_error_depends_on():
 
 def test_a_crash_without_a_fatal_line_names_its_signal_not_the_crash_handlers_noise():
     """11p's baseline: libtpu dies with only its crash handler's lines on stderr. The error names the signal."""
-    from maxkernel.harness.estimate import _crash
+    from maxkernel.harness.estimate.estimator import _crash
     from maxkernel.settings import get_settings
 
     stderr = ("E1205 08:27:48.623791      41 coredump_hook.cc:415] RAW: Cannot send fingerprint to Coroner: "

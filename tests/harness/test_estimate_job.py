@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from maxkernel import chips
-from maxkernel.harness import estimate_job as ej
-from maxkernel.harness.candidate_job import load_kernel
+from maxkernel.harness.jobs import estimate_job as ej
+from maxkernel.harness.jobs.candidate_job import load_kernel
 from maxkernel.tasks import load_task
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from maxkernel import chips
-from maxkernel.harness.estimate import PROFILER_STREAM, _fit
+from maxkernel.harness.estimate.estimator import PROFILER_STREAM, _fit
 from maxkernel.tasks import load_task
 
 MEASURE = r'''
@@ -19,9 +19,9 @@ dump = Path(tempfile.mkdtemp())
 os.environ["LIBTPU_INIT_ARGS"] = f"--xla_jf_dump_static_llo_profile_to={dump}"
 import jax, jax.numpy as jnp
 from maxkernel import chips
-from maxkernel.harness import compile_job
-from maxkernel.harness.estimate_job import _lowered_text
-from maxkernel.harness.estimate_compile_job import profiled_compile
+from maxkernel.harness.jobs import compile_job
+from maxkernel.harness.jobs.estimate_job import _lowered_text
+from maxkernel.harness.jobs.estimate_compile_job import profiled_compile
 out = {}
 for name in sys.argv[1:]:
     chip = chips.get(name)

@@ -13,9 +13,9 @@ import pytest
 from _extras import need_module
 
 from maxkernel import chips
-from maxkernel.harness import estimate as estimate_mod
-from maxkernel.harness.estimate import estimate_program
-from maxkernel.harness.guard import unguarded
+from maxkernel.harness.estimate import estimator as estimate_mod
+from maxkernel.harness.estimate.estimator import estimate_program
+from maxkernel.harness.sandbox.guard import unguarded
 from maxkernel.tasks import load_task
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -24,8 +24,8 @@ RMS = Path(__file__).parents[2] / "jaxbench" / "12p_RMSNorm" / "kernel.py"
 FORGE = '''
 
 # --- the attack: everything the candidate's process can reach of the estimator, forged ---
-import maxkernel.harness.estimate_job as _ej
-import maxkernel.harness.hlo_loops as _hl
+import maxkernel.harness.jobs.estimate_job as _ej
+import maxkernel.harness.estimate.hlo_loops as _hl
 
 _ej.parse_profile = lambda text: {"forged": 1}
 _ej.zero_cycle_bytes = lambda hlo, names: {}
@@ -49,7 +49,7 @@ def test_a_kernel_forging_the_profile_in_its_own_process_keeps_its_honest_estima
     need_module("libtpu", extra="tpu")
     forged = tmp_path / "kernel.py"
     forged.write_text(RMS.read_text() + FORGE)
-    monkeypatch.setattr("maxkernel.harness.static_check.check_source", lambda *a, **k: None)
+    monkeypatch.setattr("maxkernel.harness.sandbox.static_check.check_source", lambda *a, **k: None)
     task, chip, narrow = load_task("12p_RMSNorm"), chips.get("v5e"), {"block_rows": 8}  # well above its floor
     honest = estimate_program(task, str(RMS), chip, "full", narrow)
     with unguarded():

@@ -13,12 +13,12 @@ import pytest
 
 import jaxbench
 from maxkernel import chips
-from maxkernel.harness import checksize
-from maxkernel.harness.candidate_job import load_kernel
-from maxkernel.harness.estimate import Estimate, ProgramEstimate
-from maxkernel.harness.evaluate import _signature_problem, _with_estimate
-from maxkernel.harness.integrity import fingerprint, fingerprint_differs, lowering_disagrees, pallas_kernels
-from maxkernel.harness.verdict import Verdict
+from maxkernel.harness.verdict import checksize
+from maxkernel.harness.jobs.candidate_job import load_kernel
+from maxkernel.harness.estimate.estimator import Estimate, ProgramEstimate
+from maxkernel.harness.verdict.evaluate import _signature_problem, _with_estimate
+from maxkernel.harness.verdict.integrity import fingerprint, fingerprint_differs, lowering_disagrees, pallas_kernels
+from maxkernel.harness.verdict.result import Verdict
 from maxkernel.tasks import load_task
 
 pytestmark = pytest.mark.unit
@@ -146,7 +146,7 @@ def test_a_body_that_unrolls_a_python_loop_over_a_size_is_named_so():
 def test_where_the_printer_wraps_a_line_is_not_the_program():
     """An honest program printed at two sizes: the wider shape pushes an equation past the printer's width and it is
     wrapped, which once made 32k's kernel 'another program' at full size."""
-    from maxkernel.harness.integrity import _unwrapped
+    from maxkernel.harness.verdict.integrity import _unwrapped
 
     short = "    bn:bf16[#,#] = convert_element_type[new_dtype=bfloat16 weak_type=False] bm\n"
     wrapped = "    bn:bf16[#,#] = convert_element_type[\n      new_dtype=bfloat16\n      weak_type=False\n    ] bm\n"

@@ -1,4 +1,4 @@
-"""Verdict v3: the static allow-list and the audit hook under it (harness/guard.py), each proven by attacking it.
+"""Verdict v3: the static allow-list and the audit hook under it (harness/sandbox/guard.py), each proven by attacking it.
 
 Every eval route is refused twice: by the hardened static check, and with that check off by the guard at run time
 (in a subprocess that arms it and imports the kernel as a sandboxed job would, then traces, lowers and writes like
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from maxkernel.harness.static_check import check_file, check_source
+from maxkernel.harness.sandbox.static_check import check_file, check_source
 
 ROOT = Path(__file__).resolve().parents[2]
 V3 = Path(__file__).parent / "kernels" / "verdict_v3"
@@ -31,8 +31,8 @@ RUNNER = textwrap.dedent('''
     import jax
     from jax.experimental.pallas import tpu as pltpu
     from maxkernel import chips
-    from maxkernel.harness.arrays import save_arrays
-    from maxkernel.harness.candidate_job import load_kernel
+    from maxkernel.harness.verdict.arrays import save_arrays
+    from maxkernel.harness.jobs.candidate_job import load_kernel
     from maxkernel.tasks import load_task
 
     scratch, guard = Path(sys.argv[1]), sys.argv[2] == "1"
@@ -228,7 +228,7 @@ def test_no_other_hook_or_tracer_joins_once_armed(tmp_path):
                       "def workload(x):\n    return x\n")
     code = textwrap.dedent(f'''
         import sys
-        from maxkernel.harness.candidate_job import load_kernel
+        from maxkernel.harness.jobs.candidate_job import load_kernel
         load_kernel({str(kernel)!r}, guard=True)
         sys.addaudithook(lambda event, args: print("LATE HOOK SAW", event))
         id(1)
@@ -244,7 +244,7 @@ def test_no_other_hook_or_tracer_joins_once_armed(tmp_path):
 # -- layer 2 end to end: a real sandboxed evaluation with the static check and the watch off ------------------------
 @pytest.fixture(scope="module")
 def raw(evaluator):
-    from maxkernel.harness.evaluate import Evaluator
+    from maxkernel.harness.verdict.evaluate import Evaluator
 
     return Evaluator(evaluator.pool, static_check=False, watch=False)
 

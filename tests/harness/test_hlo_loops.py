@@ -2,7 +2,7 @@
 
 import pytest
 
-from maxkernel.harness import hlo_loops
+from maxkernel.harness.estimate import hlo_loops
 
 pytestmark = pytest.mark.unit
 

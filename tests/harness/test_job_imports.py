@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from maxkernel.harness import worker
+from maxkernel.harness.jobs import worker
 
 pytestmark = pytest.mark.unit
 
 HARNESS = Path(worker.__file__).parent
-PARENT_SIDE = {"maxkernel.harness.sandbox", "maxkernel.harness.evaluate", "maxkernel.harness.copyout",
-               "maxkernel.harness.verdict"}
+PARENT_SIDE = {"maxkernel.harness.sandbox.pool", "maxkernel.harness.verdict.evaluate", "maxkernel.harness.sandbox.copyout",
+               "maxkernel.harness.verdict.result"}
 
 
 def imports(path: Path) -> set[str]:
@@ -41,7 +41,7 @@ def closure(module: str) -> set[str]:
 
 
 def test_the_child_reaches_no_parent_side_module():
-    for entry in ["maxkernel.harness.worker", *worker.HANDLERS.values()]:
+    for entry in ["maxkernel.harness.jobs.worker", *worker.HANDLERS.values()]:
         reached = closure(entry)
         assert not reached & PARENT_SIDE, f"{entry} reaches {sorted(reached & PARENT_SIDE)}"
         assert not any(m.startswith(("maxkernel.tools", "maxkernel.agents", "maxkernel.cli")) for m in reached), entry
@@ -55,7 +55,7 @@ def test_no_import_cycle_inside_the_harness():
                      and m.startswith("maxkernel.harness.") and m != me}
 
     def reaches(a, b, seen):
-        # .get: a name like maxkernel.harness.estimate.estimate (a function named as its module) is no node
+        # .get: a name like maxkernel.harness.estimate.estimator.estimate (a function named as its module) is no node
         return any(n == b or (n not in seen and not seen.add(n) and reaches(n, b, seen)) for n in graph.get(a, ()))
 
     cycles = [(a, b) for a in graph for b in graph[a] if reaches(b, a, {b})]

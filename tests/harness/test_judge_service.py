@@ -1,4 +1,4 @@
-"""The persistent judge (harness/judge_service.py): one long-lived judge serves verdicts back to back; a judge that
+"""The persistent judge (harness/verdict/judge_service.py): one long-lived judge serves verdicts back to back; a judge that
 crashes or hangs mid-verdict costs that verdict only (an `error` verdict, never a wrong one), and the next verdict
 is judged right by a fresh judge. Candidate workers stay one per verdict."""
 
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 import jaxbench
-from maxkernel.harness import reference_job
-from maxkernel.harness.checksize import CHECK_SIZE, draw
-from maxkernel.harness.evaluate import Evaluator
-from maxkernel.harness.sandbox import WorkerPool
+from maxkernel.harness.jobs import reference_job
+from maxkernel.harness.verdict.checksize import CHECK_SIZE, draw
+from maxkernel.harness.verdict.evaluate import Evaluator
+from maxkernel.harness.sandbox.pool import WorkerPool
 from maxkernel.tasks import load_task
 
 TASK = "12p_RMSNorm"
@@ -110,7 +110,7 @@ def test_a_judge_killed_mid_verdict_costs_that_verdict_only(ev):
 def test_a_judge_that_hangs_mid_verdict_costs_that_verdict_only(ev, monkeypatch):
     """Stopped once it has made the inputs (alive, holding its pipe, answering nothing): the candidate runs, the
     judge never brings its references, and the verdict ends at the judge's bound with an error."""
-    from maxkernel.harness import evaluate
+    from maxkernel.harness.verdict import evaluate
 
     monkeypatch.setattr(evaluate, "JUDGE_MARGIN_S", 5.0)  # the judge's bound: the candidate's 60 s and 5 more
     ev.evaluate(TASK, KERNEL, reps=0)
@@ -130,8 +130,8 @@ def test_a_judge_that_hangs_mid_verdict_costs_that_verdict_only(ev, monkeypatch)
 def test_what_a_failed_judge_makes_of_the_verdict():
     """Died reading the candidate's lowering: the lowering is the candidate's, refused. Any other failure: no verdict
     on the kernel (error), never correct or incorrect."""
-    from maxkernel.harness.evaluate import _judge_failed
-    from maxkernel.harness.sandbox import SandboxResult
+    from maxkernel.harness.verdict.evaluate import _judge_failed
+    from maxkernel.harness.sandbox.pool import SandboxResult
 
     base = {"task": TASK, "kernel_file": "kernel.py", "size": "smoke", "isolation": "bwrap"}
     crashed = SandboxResult("crashed", None, -9, "Segmentation fault", 3.0, "bwrap")
@@ -148,7 +148,7 @@ def test_what_a_failed_judge_makes_of_the_verdict():
 def test_a_job_that_cannot_start_costs_its_judge_not_the_next_verdict(ev, monkeypatch):
     """A file that will not copy into the job's folder: the call fails, the judge it took is retired (not left
     busy, never idle again), and the next verdict is judged by a fresh judge."""
-    from maxkernel.harness import judge_service
+    from maxkernel.harness.verdict import judge_service
 
     ev.evaluate(TASK, KERNEL, reps=0)
     started = ev.judges.started

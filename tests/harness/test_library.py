@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from maxkernel.harness.library import library_kernels
+from maxkernel.harness.verdict.library import library_kernels
 
 ROOT = Path(__file__).resolve().parents[2]
 MATMUL = "jax.experimental.pallas.ops.tpu.matmul.matmul"

@@ -12,7 +12,7 @@ import pytest
 from _extras import need_module
 
 from maxkernel import chips
-from maxkernel.harness.estimate import estimate_program
+from maxkernel.harness.estimate.estimator import estimate_program
 from maxkernel.tasks import load_task
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

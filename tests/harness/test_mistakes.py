@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from maxkernel.evals.mistakes import BASES, MISTAKES, apply, base_source, run
-from maxkernel.harness.hints import diagnose, lint
+from maxkernel.harness.hints.diagnose import diagnose, lint
 from maxkernel.tasks import load_task
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@
 import pytest
 
 from maxkernel.evals.stats import summarize
-from maxkernel.harness.verdict import rank_speedup
+from maxkernel.harness.verdict.result import rank_speedup
 
 pytestmark = pytest.mark.unit
 

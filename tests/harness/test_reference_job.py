@@ -5,8 +5,10 @@ import time
 import numpy as np
 import pytest
 
-from maxkernel.harness import reference_job, timers
-from maxkernel.harness.arrays import load_arrays
+from maxkernel.harness.jobs import reference_job
+
+from maxkernel.harness.jobs import timers
+from maxkernel.harness.verdict.arrays import load_arrays
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from maxkernel.harness.sandbox import WorkerPool
+from maxkernel.harness.sandbox.pool import WorkerPool
 
 pytestmark = pytest.mark.integration
 
@@ -35,10 +35,10 @@ def test_a_pool_killed_unclosed_leaves_nothing_the_next_pool_keeps(tmp_path):
     import sys
     import time
 
-    from maxkernel.harness import stale
+    from maxkernel.harness.sandbox import stale
 
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    code = ("import sys, time\nfrom maxkernel.harness.sandbox import WorkerPool\np = WorkerPool(size=1)\n"
+    code = ("import sys, time\nfrom maxkernel.harness.sandbox.pool import WorkerPool\np = WorkerPool(size=1)\n"
             "print(p.root, flush=True)\ntime.sleep(600)\n")
     child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
     try:
@@ -69,8 +69,8 @@ def test_a_pool_closed_while_a_worker_is_out_leaves_no_mount_and_no_root(tmp_pat
     import subprocess
     import sys
 
-    from maxkernel.harness import stale
-    from maxkernel.harness.sandbox import _MOUNT_WORKS, _mount_scratch
+    from maxkernel.harness.sandbox import stale
+    from maxkernel.harness.sandbox.pool import _MOUNT_WORKS, _mount_scratch
 
     probe = tmp_path / "probe"
     probe.mkdir()
@@ -79,7 +79,7 @@ def test_a_pool_closed_while_a_worker_is_out_leaves_no_mount_and_no_root(tmp_pat
     subprocess.run(["umount", "-l", str(probe)], check=True)
     _MOUNT_WORKS.clear()
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    code = ("from maxkernel.harness.sandbox import WorkerPool\np = WorkerPool(size=1)\nheld = p.acquire()\n"
+    code = ("from maxkernel.harness.sandbox.pool import WorkerPool\np = WorkerPool(size=1)\nheld = p.acquire()\n"
             "print(p.root, held.scratch, held.scratch_mb, flush=True)\n")  # exits holding `held`
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     root, scratch, scratch_mb = out.stdout.split()
@@ -92,7 +92,7 @@ def test_a_settings_sized_pool_keeps_one_more_ahead_only_when_jobs_come_back_to_
     """One worker ahead by default; a job that takes a worker still importing (back to back) grows the pool to two.
     The pool's first job (a one-shot CLI call takes it at once), and a worker taken after it had time to import, do
     not; a pool given its size never grows."""
-    import maxkernel.harness.sandbox as sandbox
+    import maxkernel.harness.sandbox.pool as sandbox
     from maxkernel.settings import get_settings
 
     monkeypatch.setenv("MAXKERNEL_POOL_SIZE", "1")

@@ -85,7 +85,7 @@ def test_the_probe_holds_when_the_tool_runs_as_an_ordinary_user(user_dir):
 
     # The probe attacks the sandbox, so the in-process guards in front of it (the source allow-list, which
     # `maxkernel evaluate` always applies, and the rebinding watch) are off: the sandbox must hold alone.
-    v = mk("-c", "from maxkernel.harness.evaluate import Evaluator\n"
+    v = mk("-c", "from maxkernel.harness.verdict.evaluate import Evaluator\n"
                  "with Evaluator(static_check=False, watch=False, guard=False) as ev:\n"
                  f"    print(ev.evaluate('12p_RMSNorm', {str(kernel)!r}, seeds=[0]).model_dump_json())")
     refused = mk("-m", "maxkernel.cli", "evaluate", "--task", "12p_RMSNorm", "--kernel", str(kernel), "--json", code=1)
@@ -94,7 +94,7 @@ def test_the_probe_holds_when_the_tool_runs_as_an_ordinary_user(user_dir):
     c = mk("-m", "maxkernel.cli", "compile", "--task", "12p_RMSNorm", "--kernel", str(kernel), "--chip", "v5e",
            "--size", "smoke", "--json", code=1)
     assert not c["ok"] and "maxkernel guard" in c.get("error", ""), c.get("error")  # the audit hook, first
-    c = mk("-c", "from maxkernel.harness.guard import unguarded\n"  # then the sandbox alone
+    c = mk("-c", "from maxkernel.harness.sandbox.guard import unguarded\n"  # then the sandbox alone
                  "from maxkernel.tools.compile_pallas import compile_pallas\n"
                  "with unguarded():\n"
                  f"    print(compile_pallas('12p_RMSNorm', {str(kernel)!r}, 'v5e', 'smoke').model_dump_json())")

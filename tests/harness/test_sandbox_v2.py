@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from maxkernel.harness.evaluate import Evaluator
-from maxkernel.harness.guard import unguarded
-from maxkernel.harness.sandbox import WorkerPool, isolation_mode
+from maxkernel.harness.verdict.evaluate import Evaluator
+from maxkernel.harness.sandbox.guard import unguarded
+from maxkernel.harness.sandbox.pool import WorkerPool, isolation_mode
 from maxkernel.settings import get_settings
 from maxkernel.tools.compile_pallas import compile_pallas
 from maxkernel.tools.run_tests import run_tests
@@ -204,7 +204,7 @@ def test_the_worker_refuses_a_privileged_sandbox(tmp_path):
     scratch = tmp_path / "s"
     scratch.mkdir()
     cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--die-with-parent",
-           "--bind", str(scratch), str(scratch), sys.executable, "-P", "-m", "maxkernel.harness.worker", str(scratch),
+           "--bind", str(scratch), str(scratch), sys.executable, "-P", "-m", "maxkernel.harness.jobs.worker", str(scratch),
            "--isolated"]
     if os.geteuid() != 0:
         pytest.skip("only root's bubblewrap without a user namespace keeps capabilities")
@@ -218,7 +218,7 @@ def test_the_worker_refuses_a_privileged_sandbox(tmp_path):
 
 
 def test_a_fork_bomb_hits_the_process_limit_and_is_an_error(raw, tmp_path):
-    from maxkernel.harness.sandbox import _drop_cgroup, _pids_cgroup, max_pids
+    from maxkernel.harness.sandbox.pool import _drop_cgroup, _pids_cgroup, max_pids
 
     probe = _pids_cgroup(max_pids())
     if probe is None:
@@ -257,7 +257,7 @@ def test_a_verdict_without_isolation_is_never_correct_unless_accepted(monkeypatc
 def test_filling_the_scratch_folder_stops_at_its_cap_and_is_an_error(tmp_path, monkeypatch):
     import subprocess
 
-    from maxkernel.harness.sandbox import _mount_scratch
+    from maxkernel.harness.sandbox.pool import _mount_scratch
 
     trial = tmp_path / "trial"
     trial.mkdir()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from maxkernel.harness import seccomp
-from maxkernel.harness.sandbox import _bwrap_prefix, isolation_mode
+from maxkernel.harness.sandbox import seccomp
+from maxkernel.harness.sandbox.pool import _bwrap_prefix, isolation_mode
 
 pytestmark = pytest.mark.integration
 

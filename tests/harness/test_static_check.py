@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from maxkernel.harness.static_check import ALLOWED_MODULES, check_file, check_source
+from maxkernel.harness.sandbox.static_check import ALLOWED_MODULES, check_file, check_source
 
 pytestmark = pytest.mark.unit
 
@@ -231,7 +231,7 @@ def test_an_estimate_refused_before_import_says_the_whole_reason(tmp_path, monke
     """The estimator's refusal is the static check's one violation, said whole with its line (it was joined
     character by character: "refused before import: k; e; r"), and no job runs for it."""
     from maxkernel import chips
-    from maxkernel.harness import estimate as est
+    from maxkernel.harness.estimate import estimator as est
     from maxkernel.settings import get_settings
     from maxkernel.tasks import load_task
 
@@ -257,8 +257,8 @@ _TIMED = ("import jax\nimport time\n\n\ndef benchmark(f):\n    return time.perf_
 def test_every_refusal_before_import_says_the_whole_reason(tmp_path, monkeypatch):
     """evaluate says the static check's violation whole, with its file and line, as the estimator does (above) and
     the port's screen does (tests/port); a refused kernel starts no sandboxed job (the unit tier's guard fails one)."""
-    from maxkernel.harness.evaluate import Evaluator
-    from maxkernel.harness.sandbox import WorkerPool
+    from maxkernel.harness.verdict.evaluate import Evaluator
+    from maxkernel.harness.sandbox.pool import WorkerPool
 
     kernel = tmp_path / "timed_kernel.py"
     kernel.write_text(_TIMED)

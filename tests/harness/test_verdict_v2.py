@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from maxkernel.harness.evaluate import Evaluator
+from maxkernel.harness.verdict.evaluate import Evaluator
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +89,7 @@ def test_a_thread_started_by_the_kernel_never_runs_while_the_baseline_is_timed(r
     """The baseline is timed in the judge's process, and only once the candidate's process (and so the burner's
     thread, which takes the interpreter lock for whole switch intervals) is gone: the judge is told to time only
     after the candidate's worker has exited. Asserted on the mechanism, not on timings a loaded machine blurs."""
-    from maxkernel.harness.judge_pair import JudgePair
+    from maxkernel.harness.verdict.judge_pair import JudgePair
 
     seen = []
     release = JudgePair.release_judge

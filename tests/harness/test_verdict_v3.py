@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import jaxbench
-from maxkernel.harness.evaluate import Evaluator
+from maxkernel.harness.verdict.evaluate import Evaluator
 
 pytestmark = pytest.mark.integration
 

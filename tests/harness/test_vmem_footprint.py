@@ -8,8 +8,8 @@ import pytest
 
 from maxkernel import chips
 from maxkernel.evals.mistakes import MISTAKES, apply, base_source
-from maxkernel.harness.candidate_job import load_kernel
-from maxkernel.harness.vmem_footprint import _padded_bytes, buffers, describe
+from maxkernel.harness.jobs.candidate_job import load_kernel
+from maxkernel.harness.hints.vmem_footprint import _padded_bytes, buffers, describe
 from maxkernel.tasks import load_task
 
 pytestmark = pytest.mark.unit

@@ -23,7 +23,7 @@ COMPILE_TIMEOUT_S = 300
 _CHILD = textwrap.dedent("""
     import json, sys, tempfile
     from pathlib import Path
-    from maxkernel.harness import compile_job
+    from maxkernel.harness.jobs import compile_job
     task, kernel, chip = sys.argv[1:4]
     with tempfile.TemporaryDirectory() as scratch:
         r = compile_job.run({"task": task, "kernel": kernel, "chip": chip, "size": "full"}, Path(scratch))

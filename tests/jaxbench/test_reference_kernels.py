@@ -14,7 +14,7 @@ import pytest
 from jax.experimental.pallas import tpu as pltpu
 from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc  # private: where race state lives
 
-from maxkernel.harness.numerics import reference_outputs, rel_error
+from maxkernel.harness.verdict.numerics import reference_outputs, rel_error
 from maxkernel.tasks import load_task
 
 # Other processes on the machine (parallel test runs) may hold libtpu's lockfile; the compile-only

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import jaxbench
-from maxkernel.harness.numerics import reference_outputs, rel_error
+from maxkernel.harness.verdict.numerics import reference_outputs, rel_error
 from maxkernel.tasks import load_task
 
 NAMES = jaxbench.task_names()

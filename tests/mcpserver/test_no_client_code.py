@@ -169,7 +169,7 @@ def test_no_tool_imports_a_clients_code_into_the_server(planted):
 @pytest.mark.unit
 def test_where_folder_code_is_sandboxed_the_loaders_refuse_it(tmp_path, monkeypatch):
     """The two places folder code enters a process fail closed, whichever caller reaches them."""
-    from maxkernel.harness.task_facts import described
+    from maxkernel.harness.verdict.task_facts import described
     from maxkernel.tasknew.build import resolve_function
     from maxkernel.tasknew.specs import SpecError
     from maxkernel.tasks import TaskError, _import_file, folder_code_sandboxed, load_task
@@ -209,8 +209,8 @@ def test_a_link_in_a_task_folder_is_never_handed_to_its_code(tmp_path):
 @pytest.mark.unit
 def test_the_facts_a_job_reads_become_what_the_harness_reads(tmp_path):
     """Described: the declared names, shapes and FLOPs at every size, and create_inputs/workload refusing."""
-    from maxkernel.harness.task_facts import Described
-    from maxkernel.harness.task_job import facts_of
+    from maxkernel.harness.verdict.task_facts import Described
+    from maxkernel.harness.jobs.task_job import facts_of
     from maxkernel.tasks import TaskError, load_task
 
     folder = tmp_path / "t"
@@ -234,9 +234,9 @@ def test_a_file_swapped_for_a_link_after_the_check_is_not_handed_to_a_job(tmp_pa
     """The server resolves a kernel path inside its root, then hands the file to a job: a local process that swaps
     it (or a folder on its way) for a link in between hands the job nothing, because the copy follows no link.
     A person's own CLI may still hand a file through a link of theirs."""
-    from maxkernel.harness.copyout import CopyOutError
-    from maxkernel.harness.sandbox import _copy_in
-    from maxkernel.harness.task_facts import described
+    from maxkernel.harness.sandbox.copyout import CopyOutError
+    from maxkernel.harness.sandbox.pool import _copy_in
+    from maxkernel.harness.verdict.task_facts import described
     from maxkernel.tasks import folder_code_sandboxed
 
     (tmp_path / "secret.txt").write_text("SECRET")

@@ -90,7 +90,7 @@ def sandbox_workers(server_pid: int) -> set[int]:
     while frontier:
         frontier = {p for p, (pp, _) in procs.items() if pp in frontier} - below
         below |= frontier
-    return {p for p in below if "maxkernel.harness.worker" in procs[p][1]}
+    return {p for p in below if "maxkernel.harness.jobs.worker" in procs[p][1]}
 
 
 def _free_port() -> int:

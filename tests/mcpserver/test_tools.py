@@ -152,7 +152,7 @@ def test_task_info_runs_with_a_real_tool_context(host):
 
 def test_cancelling_a_call_kills_the_workers_it_started(root):
     """A sync tool blocked in its thread: the cancel reaches the worker it adopted into the call's scope."""
-    from maxkernel.harness import cancel
+    from maxkernel.harness.sandbox import cancel
 
     class FakeWorker:
         cancel_scope = None

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from _extras import need_module
-from maxkernel.harness.port_job import module_name
+from maxkernel.harness.jobs.port_job import module_name
 from maxkernel.port import build_spec, check_port
 from maxkernel.port.check import CHECK_BOUND, feedback_text
 from maxkernel.port.spec import draw_check_size, elements

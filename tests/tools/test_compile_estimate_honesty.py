@@ -8,8 +8,8 @@ import pytest
 from _extras import need_module
 
 from maxkernel import chips
-from maxkernel.harness import compile_job
-from maxkernel.harness import estimate as est
+from maxkernel.harness.jobs import compile_job
+from maxkernel.harness.estimate import estimator as est
 from maxkernel.settings import get_settings
 from maxkernel.tasks import load_task
 from maxkernel.tools.compile_pallas import compile_pallas
@@ -259,7 +259,7 @@ def test_a_chip_libtpu_cannot_profile_is_said_at_once_with_what_it_can_do():
     """v4 and 7x: libtpu 0.0.42.1's profiler aborts on every program there. The estimate says so before any
     process starts (not after two aborted profiles), with the task's floors and where the compile still helps."""
     need_module("libtpu", extra="tpu")
-    from maxkernel.harness.estimate_job import libtpu_version
+    from maxkernel.harness.estimate.facts import libtpu_version
 
     if libtpu_version() not in est.UNPROFILED:
         pytest.skip(f"libtpu {libtpu_version()}: which chips it profiles is not recorded; estimate tries them all")

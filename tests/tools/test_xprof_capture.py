@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from maxkernel.harness import xplane as _xplane
-from maxkernel.harness.profile_job import _region, condense, pallas_custom_calls
+from maxkernel.harness.estimate import xplane as _xplane
+from maxkernel.harness.jobs.profile_job import _region, condense, pallas_custom_calls
 from maxkernel.tools.xprof_capture import xprof_capture
 
 RMSNORM = Path(__file__).resolve().parents[1] / "harness" / "kernels" / "rmsnorm_rows.py"

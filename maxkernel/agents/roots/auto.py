@@ -259,7 +259,7 @@ class AutoOrchestrator(BaseAgent):
     async def _judge(self, state, loop) -> dict:
         """The harness's verdict on kernel.py as a small dict; a source judged before is not judged again (its
         earlier verdict is reused and marked `repeat`, so a stale file never counts as a new result)."""
-        from maxkernel.harness.evaluate import shared_evaluator
+        from maxkernel.harness.verdict.evaluate import shared_evaluator
 
         kernel = Path(state["workspace"]) / "kernel.py"
         key = attempts.fingerprint(kernel)
@@ -368,7 +368,7 @@ class AutoOrchestrator(BaseAgent):
         return None
 
     async def _finish(self, ctx, loop, s):
-        from maxkernel.harness.evaluate import shared_evaluator
+        from maxkernel.harness.verdict.evaluate import shared_evaluator
 
         state = ctx.session.state
         reason = self._should_stop(loop, ctx, s, time.monotonic()) or "stopped"

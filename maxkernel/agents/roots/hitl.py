@@ -94,7 +94,7 @@ async def use_draft(path: str, tool_context: ToolContext, kind: str = "kernel") 
         For a kernel: {"kind", "path", "bytes", "static_check"}; for a plan: {"kind", "version", "plan"};
         or {"error"}.
     """
-    from maxkernel.harness.static_check import check_source
+    from maxkernel.harness.sandbox.static_check import check_source
     from maxkernel.tools.drafts import DraftError, read_draft
     from maxkernel.tools.workspace import write_file_unchecked
 
@@ -129,7 +129,7 @@ async def judge_kernel(tool_context: ToolContext, path: str = "kernel.py") -> di
     Returns:
         status (correct, incorrect, error, timeout, rejected), reason, error vs tolerance, speedup, flags.
     """
-    from maxkernel.harness.evaluate import shared_evaluator
+    from maxkernel.harness.verdict.evaluate import shared_evaluator
     from maxkernel.tools.workspace import WorkspaceError, resolve, workspace_dir
 
     try:

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-_job = sys.modules["maxkernel.harness.candidate_job"]
+_job = sys.modules["maxkernel.harness.jobs.candidate_job"]
 _real_time = _job._time
 
 

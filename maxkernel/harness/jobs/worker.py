@@ -1,11 +1,11 @@
 """Entry point of a sandboxed child (a leaf: it imports no parent-side logic): check it holds no privilege, preload
 JAX, read one job from stdin, run it, write result.json, exit. With --serve it is a persistent judge instead: one
-judge job per line of stdin, each in its own subfolder (harness/judge_service.py)."""
+judge job per line of stdin, each in its own subfolder (harness/verdict/judge_service.py)."""
 
 from __future__ import annotations
 
 # First: the timers are taken before any job (and so any candidate code) is imported.
-from maxkernel.harness.timers import TIMERS, replaced_timers  # noqa: F401  (re-exported for older callers)
+from maxkernel.harness.jobs.timers import TIMERS, replaced_timers  # noqa: F401  (re-exported for older callers)
 
 import importlib  # noqa: E402
 import json  # noqa: E402
@@ -15,15 +15,15 @@ import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 HANDLERS = {
-    "reference": "maxkernel.harness.reference_job",
-    "candidate": "maxkernel.harness.candidate_job",
-    "compile": "maxkernel.harness.compile_job",
-    "compile_many": "maxkernel.harness.compile_many_job",
-    "profile": "maxkernel.harness.profile_job",
-    "estimate": "maxkernel.harness.estimate_job",
-    "estimate_compile": "maxkernel.harness.estimate_compile_job",
-    "port": "maxkernel.harness.port_job",
-    "task": "maxkernel.harness.task_job",
+    "reference": "maxkernel.harness.jobs.reference_job",
+    "candidate": "maxkernel.harness.jobs.candidate_job",
+    "compile": "maxkernel.harness.jobs.compile_job",
+    "compile_many": "maxkernel.harness.jobs.compile_many_job",
+    "profile": "maxkernel.harness.jobs.profile_job",
+    "estimate": "maxkernel.harness.jobs.estimate_job",
+    "estimate_compile": "maxkernel.harness.jobs.estimate_compile_job",
+    "port": "maxkernel.harness.jobs.port_job",
+    "task": "maxkernel.harness.jobs.task_job",
     "task_build": "maxkernel.tasknew.build_job",
     "program_build": "maxkernel.tasknew.program_job",
 }
@@ -37,8 +37,8 @@ def _preload(interpreter: bool = True) -> None:
     from jax.experimental import pallas  # noqa: F401
     from jax.experimental.pallas import tpu  # noqa: F401
 
-    import maxkernel.harness.candidate_job  # noqa: F401
-    import maxkernel.harness.reference_job  # noqa: F401
+    import maxkernel.harness.jobs.candidate_job  # noqa: F401
+    import maxkernel.harness.jobs.reference_job  # noqa: F401
 
     if interpreter and jax.default_backend() == "cpu":
         _warm_interpreter()
@@ -47,9 +47,9 @@ def _preload(interpreter: bool = True) -> None:
 
 def _warm_hints() -> None:
     """Import what the hints load lazily (the installed-API answers, pydantic) before a job: once the audit hook
-    is armed (harness/guard.py), a library's first import that compiles strings (typing's forward references in
+    is armed (harness/sandbox/guard.py), a library's first import that compiles strings (typing's forward references in
     pydantic's TypedDicts) would be refused."""
-    from maxkernel.harness.hints import diagnose, lint
+    from maxkernel.harness.hints.diagnose import diagnose, lint
 
     for text in ("AttributeError: module 'jax.experimental.pallas.tpu' has no attribute 'TPUCompilerParams'",
                  "ValueError: Invalid dtype for `swap`. Ref dtype: bfloat16. Value dtype: float32. ",
@@ -87,7 +87,7 @@ def _preload_compiler(chip_name: str) -> None:
     """Load libtpu and compile a small shipped kernel for `chip_name`, so the job's compile is a warm one."""
     import jaxbench
     from maxkernel import chips
-    from maxkernel.harness import compile_job as _compile_job
+    from maxkernel.harness.jobs import compile_job as _compile_job
 
     kernel = jaxbench.task_dir("12p_RMSNorm") / "kernel.py"
     _compile_job.run({"task": "12p_RMSNorm", "kernel": str(kernel), "chip": chips.get(chip_name).name,

@@ -4,7 +4,7 @@ verdicts, one job at a time, each in a fresh subfolder of the judge's scratch.
 The judge never runs candidate code. What it reads from a candidate (the TPU lowering, for the census) is bounded
 inside the job, and a judge that crashes, overruns its timeout or leaves a thread running costs that one verdict
 and no more: it is killed (or retires itself) and the next verdict gets a fresh one. Candidate workers stay one per
-verdict and fresh (harness/sandbox.py's pool).
+verdict and fresh (harness/sandbox/pool.py's pool).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import time
 import weakref
 from pathlib import Path
 
-from maxkernel.harness import cancel
-from maxkernel.harness.sandbox import SandboxResult, Worker, WorkerPool, copy_files, read_result
+from maxkernel.harness.sandbox import cancel
+from maxkernel.harness.sandbox.pool import SandboxResult, Worker, WorkerPool, copy_files, read_result
 from maxkernel.settings import get_settings
 
 __all__ = ["JudgeService", "JudgeJob", "MAX_JOBS"]

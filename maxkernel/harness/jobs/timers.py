@@ -1,5 +1,5 @@
 """The timer functions as they were when a sandboxed child started, before any candidate code ran (imported first
-by harness/worker.py); jobs time with these and check afterwards that nobody replaced the live ones."""
+by harness/jobs/worker.py); jobs time with these and check afterwards that nobody replaced the live ones."""
 
 from __future__ import annotations
 

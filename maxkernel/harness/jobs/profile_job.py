@@ -43,8 +43,8 @@ def run(job: dict, scratch: Path) -> dict:
     """job: {task, size, seed, kernel (file in scratch), tunables, trace_dir (folder in scratch), runs}."""
     import jax
 
-    from maxkernel.harness import timers
-    from maxkernel.harness.candidate_job import interpret_context, job_guard, load_kernel
+    from maxkernel.harness.jobs import timers
+    from maxkernel.harness.jobs.candidate_job import interpret_context, job_guard, load_kernel
     from maxkernel.tasks import load_task
 
     clock = timers.TIMERS["perf_counter"]
@@ -121,7 +121,7 @@ def _runs(want: int, one_s: float) -> int:
 
 
 def _analyse(trace_root: Path, runs: dict, pallas_ops: list[str]) -> dict:
-    from maxkernel.harness import xplane as _xplane
+    from maxkernel.harness.estimate import xplane as _xplane
 
     files = _xplane.find_traces(trace_root)
     if not files:
@@ -134,7 +134,7 @@ def _analyse(trace_root: Path, runs: dict, pallas_ops: list[str]) -> dict:
 
 def _region(planes, events, name: str, runs: int, pallas_ops: list[str]) -> dict:
     """Time and op table of one annotated region: device ops of its module where there are any, else host."""
-    from maxkernel.harness import xplane as _xplane
+    from maxkernel.harness.estimate import xplane as _xplane
 
     windows = _xplane.annotation_windows(planes, name)
     wall_ms = [(end - start) / 1e6 for start, end in windows]

@@ -19,7 +19,7 @@ def run(job: dict, scratch: Path) -> dict:
     if mode == "facts":
         return {"status": "ok", "facts": facts_of(job["task"])}
     if mode == "draw":
-        from maxkernel.harness.checksize import draw
+        from maxkernel.harness.verdict.checksize import draw
         from maxkernel.tasks import load_task
 
         check = draw(load_task(job["task"]), job["size"], float(job["budget"]), random.Random(int(job["seed"])))

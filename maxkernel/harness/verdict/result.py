@@ -82,7 +82,7 @@ class Verdict(_Frozen):
     # The library kernels the candidate calls (jax.experimental.pallas.ops, tokamax, ...): its speed is then the
     # library's, not the agent's work; "" when it calls none.
     uses_library_kernel: str = ""
-    # Cause and fix of the failure (harness/hints.py), its error family and kernel line when known; on a correct
+    # Cause and fix of the failure (harness/hints/diagnose.py), its error family and kernel line when known; on a correct
     # verdict, a bug the CPU checks cannot see (lint: e.g. a reduction axis marked parallel).
     hint: str = ""
     hint_family: str = ""
@@ -99,7 +99,7 @@ class Verdict(_Frozen):
     # labelled as an estimate; what the loop, search and autotuner rank by there.
     estimate: dict | None = None
     # A task with several named configs: config -> {size, status, reason, speedup, max_rel_err, speedup_estimate,
-    # kernel_ms, baseline_ms}; the verdict above is the combination (harness/configs.py). {} for one config.
+    # kernel_ms, baseline_ms}; the verdict above is the combination (harness/verdict/configs.py). {} for one config.
     configs: dict = Field(default_factory=dict)
 
     @property

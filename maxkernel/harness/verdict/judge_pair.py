@@ -1,6 +1,6 @@
 """The candidate's job and the judge's job run side by side, the candidate in a fresh worker of the pool and the
-judge on a persistent judge (harness/judge_service.py) or a fresh worker too, handing over through their scratch
-folders (harness/handoff.py)."""
+judge on a persistent judge (harness/verdict/judge_service.py) or a fresh worker too, handing over through their scratch
+folders (harness/verdict/handoff.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from maxkernel.harness import handoff
-from maxkernel.harness.copyout import CopyOutError, open_regular
-from maxkernel.harness.sandbox import SandboxResult, WorkerPool
+from maxkernel.harness.verdict import handoff
+from maxkernel.harness.sandbox.copyout import CopyOutError, open_regular
+from maxkernel.harness.sandbox.pool import SandboxResult, WorkerPool
 
 __all__ = ["JudgePair"]
 

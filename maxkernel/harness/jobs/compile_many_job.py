@@ -9,8 +9,8 @@ from pathlib import Path
 
 from maxkernel import chips
 from maxkernel.tasks import load_task
-from maxkernel.harness.candidate_job import job_guard, load_kernel
-from maxkernel.harness import compile_job as _compile_job
+from maxkernel.harness.jobs.candidate_job import job_guard, load_kernel
+from maxkernel.harness.jobs import compile_job as _compile_job
 
 __all__ = ["run", "estimate_vmem", "PROGRESS_FILE"]
 

@@ -6,7 +6,10 @@ import math
 import re
 import threading
 
-__all__ = ["audit_module"]
+__all__ = ["audit_module", "MAX_LOWERED_BYTES", "AUDIT_TIMEOUT_S"]
+
+MAX_LOWERED_BYTES = 64 << 20  # the candidate's lowering the judge reads for its census
+AUDIT_TIMEOUT_S = 90.0  # honest modules take milliseconds unloaded; a hostile nesting can take hours
 
 # Caps keep a hostile module from buying unbounded work in the trusted process.
 MAX_TEXT = 64 << 20

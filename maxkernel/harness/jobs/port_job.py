@@ -64,7 +64,7 @@ def module_name() -> str:
 
 def _load(path: Path, guard: Path | None = None):
     """Import a source under a drawn name; with `guard` (a JAX port in a sandboxed job), the audit hook of
-    harness/guard.py is armed just before its first line runs, as for a kernel."""
+    harness/sandbox/guard.py is armed just before its first line runs, as for a kernel."""
     sys.path.insert(0, str(path.parent))
     name = module_name()
     spec = importlib.util.spec_from_file_location(name, path)
@@ -73,7 +73,7 @@ def _load(path: Path, guard: Path | None = None):
     if guard is None:
         spec.loader.exec_module(module)
         return module
-    from maxkernel.harness import guard as _guard
+    from maxkernel.harness.sandbox import guard as _guard
 
     code = compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
     _guard.arm(path, guard, code=code, module=module)
@@ -206,7 +206,7 @@ def _module_at(obj, job: dict, i: int, instances: dict, device: str, torch) -> t
 
 def _oracle_one(obj, kind: str, job: dict, scratch: Path, torch, i: int, instances: dict) -> int | dict:
     """Input i's outputs (and gradients) to out_<i>.npz; how many outputs, or an error result."""
-    from maxkernel.harness.arrays import load_arrays, save_arrays
+    from maxkernel.harness.verdict.arrays import load_arrays, save_arrays
 
     static = job.get("static") or {}
     n_params = int(job.get("n_params") or 0)
@@ -256,7 +256,7 @@ def _oracle_one(obj, kind: str, job: dict, scratch: Path, torch, i: int, instanc
 def _candidate(job: dict, scratch: Path) -> dict:
     import jax
 
-    from maxkernel.harness.candidate_job import job_guard
+    from maxkernel.harness.jobs.candidate_job import job_guard
 
     try:
         module = _load(scratch / job["file"], guard=job_guard(job, scratch))
@@ -282,7 +282,7 @@ def _candidate_one(fn, jitted, job: dict, scratch: Path, i: int) -> None:
     import jax
     import numpy as np
 
-    from maxkernel.harness.arrays import load_arrays, save_arrays
+    from maxkernel.harness.verdict.arrays import load_arrays, save_arrays
 
     static = job.get("static") or {}
     arrays = [jax.numpy.asarray(a) for a in load_arrays(scratch / f"inputs_{i}.npz")]

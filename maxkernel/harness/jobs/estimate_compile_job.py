@@ -14,9 +14,10 @@ import os
 import time
 from pathlib import Path
 
+from maxkernel.harness.estimate.facts import PROFILE_PROGRESS_FILE as PROGRESS_FILE
+
 __all__ = ["run", "PROGRESS_FILE"]
 
-PROGRESS_FILE = "profile.jsonl"
 DUMP_DIR = "llo_profile"
 
 
@@ -27,9 +28,10 @@ def run(job: dict, scratch: Path) -> dict:
     flags = [f"--xla_jf_dump_static_llo_profile_to={dump}", *job.get("libtpu_flags", [])]
     os.environ["LIBTPU_INIT_ARGS"] = " ".join(flags)  # read once, when libtpu loads: before the first compile
     from maxkernel import chips as chips_mod
-    from maxkernel.harness import compile_job
-    from maxkernel.harness.estimate_job import linear, libtpu_version
-    from maxkernel.harness.hints import hint_for
+    from maxkernel.harness.jobs import compile_job
+    from maxkernel.harness.estimate.facts import libtpu_version
+    from maxkernel.harness.jobs.estimate_job import linear
+    from maxkernel.harness.hints.diagnose import hint_for
 
     chip = chips_mod.get(job["chip"])
     device = compile_job._topology_device(chip)
@@ -63,8 +65,8 @@ def profiled_compile(text: str, device, dump: Path) -> dict:
     from jax._src.interpreters import mlir
     from jax._src.lib import xla_client as xc
 
-    from maxkernel.harness import hlo_loops
-    from maxkernel.harness.estimate_job import parse_profile, zero_cycle_bytes
+    from maxkernel.harness.estimate import hlo_loops
+    from maxkernel.harness.jobs.estimate_job import parse_profile, zero_cycle_bytes
 
     for old in dump.glob("*"):
         old.unlink()

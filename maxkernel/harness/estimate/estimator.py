@@ -25,8 +25,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from maxkernel import chips
-from maxkernel.harness.estimate_job import libtpu_version, task_dims
-from maxkernel.harness.guard import jobs_guarded
+from maxkernel.harness.estimate.facts import PLAN_PROGRESS_FILE, PROFILE_PROGRESS_FILE, libtpu_version, task_dims
+from maxkernel.harness.sandbox.guard import jobs_guarded
 from maxkernel.settings import get_settings
 
 __all__ = ["ProgramEstimate", "Estimate", "estimate", "estimate_program", "task_work", "roofline_floors",
@@ -232,7 +232,7 @@ def estimate(task: str, kernel: str | None, chip: str | None = None, size: str =
     except TaskBaselineError as exc:  # the task is at fault: no kernel is looked at, and no kernel advice given
         return _task_failed(exc, chip_name, size, time.monotonic() - t0)
     with ThreadPoolExecutor(max_workers=2) as pool:  # the two profiling processes run side by side
-        # In the caller's context: the profiling worker belongs to the caller's cancel scope (harness/cancel.py).
+        # In the caller's context: the profiling worker belongs to the caller's cancel scope (harness/sandbox/cancel.py).
         base_f = pool.submit(contextvars.copy_context().run, estimate_program, spec, None, target, size, None, timeout)
         kern = estimate_program(spec, kernel, target, size, tunables, timeout) if kernel else None
         base = base_f.result()
@@ -299,11 +299,11 @@ def _cache_path(key: str) -> Path:
 
 def _method_digest() -> str:
     """Hash of the estimator's own code: a changed method never reads an old method's cached figures."""
-    from maxkernel.harness import estimate_compile_job, estimate_job, hlo_loops
-
+    here = Path(__file__).resolve().parent  # the estimate room; its jobs are read as files, never imported here
+    jobs = here.parent / "jobs"
     h = hashlib.sha256(str(METHOD_VERSION).encode())
-    for path in (Path(__file__), Path(estimate_job.__file__), Path(estimate_compile_job.__file__),
-                 Path(hlo_loops.__file__)):
+    for path in (Path(__file__), jobs / "estimate_job.py", jobs / "estimate_compile_job.py", here / "hlo_loops.py",
+                 here / "facts.py"):
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
@@ -333,7 +333,7 @@ def estimate_program(task, kernel: str | None, chip, size: str = "full", tunable
             path.unlink(missing_ok=True)
     t0 = time.monotonic()
     if kernel:
-        from maxkernel.harness.static_check import check_source
+        from maxkernel.harness.sandbox.static_check import check_source
 
         refused = check_source(source.decode(errors="replace"), Path(kernel).name)
         if refused:  # one violation, naming its line (a string: never joined as a sequence)
@@ -367,9 +367,6 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
     """Two sandboxed jobs: the candidate's process plans the sizes and lowers the program at each (estimate_job);
     a process that never imports candidate code compiles those lowerings with libtpu and reads the profile
     (estimate_compile_job). Only the plan comes from the first; every cycle from the second."""
-    from maxkernel.harness import estimate_compile_job
-    from maxkernel.harness.estimate_job import PROGRESS_FILE
-
     settings = get_settings()
     program = "kernel" if kernel else "baseline"
     spec, task_files = task.for_job()
@@ -387,7 +384,7 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
     base = dict(ok=False, program=program, chip=chip.name, libtpu_flags=flags, libtpu=libtpu_version())
     budget = timeout or settings.estimate_timeout_s
     t0 = time.monotonic()
-    planned = _run(job, files, budget, PROGRESS_FILE, lowerings=True)
+    planned = _run(job, files, budget, PLAN_PROGRESS_FILE, lowerings=True)
     failed = _failed(base, planned, settings, kernel)
     if failed:
         return failed
@@ -398,7 +395,7 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
     trusted = {"kind": "estimate_compile", "chip": chip.name, "libtpu_flags": flags,
                "points": [{**pt, "file": f"lowered_{i}.mlir"} for i, pt in enumerate(points)]}
     texts = {f"lowered_{i}.mlir": planned["lowered"][pt["file"]] for i, pt in enumerate(points)}
-    profiled = _run(trusted, texts, max(budget - (time.monotonic() - t0), 1.0), estimate_compile_job.PROGRESS_FILE)
+    profiled = _run(trusted, texts, max(budget - (time.monotonic() - t0), 1.0), PROFILE_PROGRESS_FILE)
     failed = _failed(base, profiled, settings, kernel)
     if failed:
         return failed
@@ -415,8 +412,8 @@ MAX_LOWERED_BYTES = 64 << 20  # one size's lowering (StableHLO text, Mosaic kern
 def _run(job: dict, files: dict, timeout: float, progress_file: str, lowerings: bool = False) -> dict:
     """Run one job in a fresh, memory-guarded worker; what it reported, its progress lines, and (with `lowerings`)
     the lowering texts it wrote, read out of its scratch without following links."""
-    from maxkernel.harness.copyout import MAX_RESULT_BYTES, CopyOutError, read_bytes
-    from maxkernel.harness.sandbox import WorkerPool
+    from maxkernel.harness.sandbox.copyout import MAX_RESULT_BYTES, CopyOutError, read_bytes
+    from maxkernel.harness.sandbox.pool import WorkerPool
 
     settings = get_settings()
     out = {"lines": [], "lowered": {}}

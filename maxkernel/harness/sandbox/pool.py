@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from maxkernel.harness import cancel, stale
-from maxkernel.harness.copyout import CopyOutError, read_json
-from maxkernel.harness.seccomp import filter_fd
+from maxkernel.harness.sandbox import cancel
+
+from maxkernel.harness.sandbox import stale
+from maxkernel.harness.sandbox.copyout import CopyOutError, read_json
+from maxkernel.harness.sandbox.seccomp import filter_fd
 from maxkernel.settings import get_settings
 
 __all__ = ["SandboxResult", "Worker", "WorkerPool", "copy_files", "isolation_mode", "read_result", "run_job"]
@@ -41,6 +43,7 @@ _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "p
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SANDBOX_UID = 65534  # nobody: the candidate's uid inside its user namespace, with every capability dropped
 _TMPFS_BYTES = 512 << 20  # /tmp, /run, /dev/shm inside the sandbox
+_PACKAGE = Path(__file__).resolve().parents[2]  # maxkernel/ (this file is maxkernel/harness/sandbox/pool.py)
 
 
 @dataclass
@@ -142,7 +145,7 @@ def _mounts(scratch: Path) -> list[str]:
     for tmp in ("/tmp", "/run"):
         args += ["--size", str(_TMPFS_BYTES), "--tmpfs", tmp]
     system = tuple(Path(t) for t in _SYSTEM)
-    trees = _python_trees() + [Path(__file__).resolve().parents[1]]  # the maxkernel package itself
+    trees = _python_trees() + [_PACKAGE]  # the maxkernel package itself
     import jaxbench
 
     trees.append(Path(jaxbench.__file__).resolve().parent)
@@ -151,7 +154,7 @@ def _mounts(scratch: Path) -> list[str]:
             args += ["--ro-bind", str(tree), str(tree)]
     # The package folder also holds the ADK app folders, where `adk web`/`adk run` keep sessions by default
     # (apps/<app>/.adk/, made at any time); no job imports them, so the whole folder is hidden.
-    agents = Path(__file__).resolve().parents[1] / "apps"
+    agents = _PACKAGE / "apps"
     if agents.is_dir():
         args += ["--tmpfs", str(agents)]
     args += ["--ro-bind", "/sys", "/sys", "--dev", "/dev", "--proc", "/proc"]
@@ -305,7 +308,7 @@ class Worker:
         scratch_mb = scratch_mb if _mount_scratch(scratch, scratch_mb) else None
         log = scratch.with_suffix(".log")  # beside the scratch folder, outside the candidate's view
         mode = isolation_mode()
-        cmd = [sys.executable, "-P", "-m", "maxkernel.harness.worker", str(scratch)]
+        cmd = [sys.executable, "-P", "-m", "maxkernel.harness.jobs.worker", str(scratch)]
         if warm_compiler:
             cmd.append(f"--warm-compiler={warm_compiler}")
         if serve:
@@ -462,12 +465,12 @@ class WorkerPool:
         """Start a worker from the pool's own long-lived thread: bubblewrap's --die-with-parent fires when the
         *thread* that started it exits, so a worker started by a short-lived caller thread (an evaluation's helper
         thread, an executor thread at shutdown) would die under a later job."""
-        # In the caller's context, so the worker belongs to the caller's cancel scope (harness/cancel.py).
+        # In the caller's context, so the worker belongs to the caller's cancel scope (harness/sandbox/cancel.py).
         ctx = contextvars.copy_context()
         return self._spawner.submit(ctx.run, Worker.start, self.root, self.memory_mb, self.warm_compiler).result()
 
     def start_serving_worker(self) -> "Worker":
-        """A worker that serves many judge jobs (harness/judge_service.py), started from the pool's thread like
+        """A worker that serves many judge jobs (harness/verdict/judge_service.py), started from the pool's thread like
         the others but in no call's cancel scope: it outlives the call that first needed it."""
         ctx = contextvars.Context()
         return self._spawner.submit(ctx.run, Worker.start, self.root, self.memory_mb, None, True).result()
@@ -559,7 +562,7 @@ def _copy_in(source: Path, dest: Path) -> None:
     if not folder_code_is_sandboxed():
         shutil.copyfile(source, dest)
         return
-    from maxkernel.harness.copyout import MAX_FILE_BYTES, read_bytes
+    from maxkernel.harness.sandbox.copyout import MAX_FILE_BYTES, read_bytes
 
     dest.write_bytes(read_bytes(Path("/"), os.path.abspath(source).lstrip("/"), MAX_FILE_BYTES))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from maxkernel.harness import xplane as _xplane
+from maxkernel.harness.estimate import xplane as _xplane
 
 __all__ = ["device_samples", "device_ms_per_run"]
 

@@ -1,21 +1,18 @@
 """Sandbox job, the judge's side (never sees candidate code): inputs and references for the drawn seeds, the
 baseline's own rounding error and its timing, and the census of the candidate's TPU lowering; it runs beside the
-candidate's job and hands over through its scratch folder (harness/handoff.py)."""
+candidate's job and hands over through its scratch folder (harness/verdict/handoff.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["run", "MAX_LOWERED_BYTES", "AUDIT_TIMEOUT_S"]
-
-MAX_LOWERED_BYTES = 64 << 20
-AUDIT_TIMEOUT_S = 90.0  # honest modules take milliseconds unloaded; a hostile nesting can take hours
+__all__ = ["run"]
 
 
 def run(job: dict, scratch: Path) -> dict:
     """The judge's job (below); a check size injected into the task's module is taken out again afterwards, so a
-    persistent judge's next job sees the task as shipped (harness/judge_service.py)."""
-    from maxkernel.harness.checksize import injected
+    persistent judge's next job sees the task as shipped (harness/verdict/judge_service.py)."""
+    from maxkernel.harness.verdict.checksize import injected
     from maxkernel.tasks import load_task
 
     task = load_task(job["task"])
@@ -35,11 +32,11 @@ def _run(job: dict, scratch: Path, task) -> dict:
     import jax
     import numpy as np
 
-    from maxkernel.harness import timers
-    from maxkernel.harness.arrays import save_arrays
-    from maxkernel.harness.handoff import INPUTS_MADE, JUDGE_GO, JUDGE_READY, post, wait_for
-    from maxkernel.harness.integrity import census
-    from maxkernel.harness.numerics import errors, reference_outputs
+    from maxkernel.harness.jobs import timers
+    from maxkernel.harness.verdict.arrays import save_arrays
+    from maxkernel.harness.verdict.handoff import INPUTS_MADE, JUDGE_GO, JUDGE_READY, post, wait_for
+    from maxkernel.harness.verdict.integrity import census
+    from maxkernel.harness.verdict.numerics import errors, reference_outputs
 
     size, seeds = job["size"], list(job["seeds"])
     check, timing_seeds = job.get("check"), [int(s) for s in job.get("timing_seeds") or []]
@@ -130,7 +127,7 @@ def _time(baseline, inputs, job: dict, timers, scratch: Path) -> dict:
         timing["baseline_ms"].append((clock() - t0) * 1e3)
     timing["window"] = [start, mono()]
     if jax.default_backend() != "cpu":
-        from maxkernel.harness.device_timing import device_samples
+        from maxkernel.harness.jobs.device_timing import device_samples
 
         try:
             dev = device_samples({"baseline": baseline}, inputs[0], len(timing["baseline_ms"]),
@@ -145,7 +142,7 @@ def _time(baseline, inputs, job: dict, timers, scratch: Path) -> dict:
 def _audit(scratch: Path, name: str) -> dict:
     """The census of the candidate's TPU lowering (a copy the parent took, size-capped, from the candidate's
     scratch into this job's own)."""
-    from maxkernel.harness.audit import audit_module
+    from maxkernel.harness.verdict.audit import AUDIT_TIMEOUT_S, MAX_LOWERED_BYTES, audit_module
 
     path = scratch / name
     if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_LOWERED_BYTES:

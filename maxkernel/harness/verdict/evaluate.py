@@ -12,18 +12,18 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from maxkernel.harness.arrays import load_arrays
-from maxkernel.harness.copyout import CopyOutError, open_regular, read_bytes
-from maxkernel.harness.guard import jobs_guarded
-from maxkernel.harness.integrity import Census, judge, judge_lowering, lowering_disagrees
-from maxkernel.harness.judge_pair import JudgePair
-from maxkernel.harness.judge_service import JudgeService
-from maxkernel.harness.numerics import compare, fro_tolerance
-from maxkernel.harness.reference_job import AUDIT_TIMEOUT_S, MAX_LOWERED_BYTES
-from maxkernel.harness.sandbox import SandboxResult, WorkerPool
-from maxkernel.harness.library import library_kernels
-from maxkernel.harness.static_check import check_source
-from maxkernel.harness.verdict import Correctness, SeedCheck, TimedCheck, Timing, Verdict
+from maxkernel.harness.verdict.arrays import load_arrays
+from maxkernel.harness.sandbox.copyout import CopyOutError, open_regular, read_bytes
+from maxkernel.harness.sandbox.guard import jobs_guarded
+from maxkernel.harness.verdict.integrity import Census, judge, judge_lowering, lowering_disagrees
+from maxkernel.harness.verdict.judge_pair import JudgePair
+from maxkernel.harness.verdict.judge_service import JudgeService
+from maxkernel.harness.verdict.numerics import compare, fro_tolerance
+from maxkernel.harness.verdict.audit import AUDIT_TIMEOUT_S, MAX_LOWERED_BYTES
+from maxkernel.harness.sandbox.pool import SandboxResult, WorkerPool
+from maxkernel.harness.verdict.library import library_kernels
+from maxkernel.harness.sandbox.static_check import check_source
+from maxkernel.harness.verdict.result import Correctness, SeedCheck, TimedCheck, Timing, Verdict
 from maxkernel.settings import get_settings
 from maxkernel.tasks import Task, load_task
 
@@ -58,7 +58,7 @@ class Evaluator:
     """Judges candidate kernels. Reuse one Evaluator (and its pool) for many evaluations.
 
     Three guards stop a kernel from reaching into the harness from inside its own process: the source allow-list
-    (`static_check`, before the import), the audit hooks armed before the import (`guard`, harness/guard.py) and
+    (`static_check`, before the import), the audit hooks armed before the import (`guard`, harness/sandbox/guard.py) and
     the watch on the functions the harness relies on (`watch`, after the import and the run). Only tests turn them
     off, to prove the layers behind them on their own.
     """
@@ -122,7 +122,7 @@ class Evaluator:
         task_obj = task if isinstance(task, Task) else load_task(task)
         per_config = task_obj.config_sizes(size)
         if per_config:
-            from maxkernel.harness.configs import combine
+            from maxkernel.harness.verdict.configs import combine
 
             return combine(size, {name: (sz, self._one(task_obj, kernel, size=sz, seeds=seeds, timeout=timeout,
                                                         reps=reps, tunables=tunables, detect_races=detect_races,
@@ -140,7 +140,7 @@ class Evaluator:
         wanted = settings.estimate if estimate is None else estimate
         if not (wanted and verdict.status == "correct" and verdict.backend == "cpu"):
             return verdict
-        from maxkernel.harness.estimate import estimate as tpu_estimate
+        from maxkernel.harness.estimate.estimator import estimate as tpu_estimate
 
         task_obj = task
         full = "full" + (size[size.index("@"):] if "@" in size else "")  # the estimate is at full size, per config
@@ -161,8 +161,8 @@ class Evaluator:
         n = len(seeds) if seeds else self.settings.eval_seeds
         drawn = [int(s) for s in seeds] if (exact_seeds and seeds) else draw_seeds(n)
         reps = min(5 if reps is None else reps, MAX_TIMED_SETS)
-        from maxkernel.harness.checksize import draw as draw_check
-        from maxkernel.harness.task_facts import draw_remote
+        from maxkernel.harness.verdict.checksize import draw as draw_check
+        from maxkernel.harness.verdict.task_facts import draw_remote
 
         check = draw_check(task, size) if not task.described else draw_remote(task, size)
         if check:
@@ -253,7 +253,7 @@ class Evaluator:
             "detail": verdict.detail})
 
     def pool_isolation(self) -> str:
-        from maxkernel.harness.sandbox import isolation_mode
+        from maxkernel.harness.sandbox.pool import isolation_mode
 
         return isolation_mode()
 
@@ -285,7 +285,7 @@ class Evaluator:
             return Verdict(**base, status="error", stage="sandbox",
                            reason=f"the candidate filled its scratch folder (the {self.settings.sandbox_scratch_mb} MiB cap)")
         if "pids" in res.limits_hit:
-            from maxkernel.harness.sandbox import max_pids
+            from maxkernel.harness.sandbox.pool import max_pids
 
             return Verdict(**base, status="error", stage="sandbox",
                            reason=f"the candidate hit the sandbox's process limit ({max_pids()} processes and threads)")
@@ -510,7 +510,7 @@ def _with_estimate(verdict: Verdict, est) -> Verdict:
     every shrunk profiling size) must print the checked program's fingerprint (integrity.fingerprint), or the
     estimate is withheld and the kernel is not ranked. An impossible estimated speedup is rejected as a measured
     one is; a kernel estimated at its roofline floor where XLA's program is far from it is flagged."""
-    from maxkernel.harness.integrity import priced_differs
+    from maxkernel.harness.verdict.integrity import priced_differs
 
     data = est.model_dump(exclude={"kernel", "baseline"})
     priced = ((est.kernel.fit or {}).get("fingerprints") if est.kernel is not None else None) or []
@@ -696,7 +696,7 @@ def _with_hint(verdict: Verdict, kernel, chip: str) -> Verdict:
     """The verdict with the hint for its failure (from the reason, the detail and the per-seed mismatches, with
     the kernel's source for the line), or on a correct verdict the first lint finding. The source is the file
     the judge holds, not anything the candidate's process reported."""
-    from maxkernel.harness.hints import diagnose, lint
+    from maxkernel.harness.hints.diagnose import diagnose, lint
 
     try:
         source = Path(kernel).read_text(errors="replace")

@@ -1,4 +1,4 @@
-"""The parent's side of harness/task_job.py: a folder task whose code may not run in this process (the MCP server),
+"""The parent's side of harness/jobs/task_job.py: a folder task whose code may not run in this process (the MCP server),
 known by the facts a sandboxed job read (`described`, what `Task.module` is then) and its verdict's second size
 drawn in a job (`draw_remote`). Nothing here executes anything the job returned."""
 
@@ -14,7 +14,7 @@ _FACTS: dict = {}  # (folder, digest) -> facts: a task's files do not change und
 
 
 def _run_job(task, job: dict, timeout: float):
-    from maxkernel.harness.sandbox import run_job
+    from maxkernel.harness.sandbox.pool import run_job
     from maxkernel.tasks import TaskError
 
     spec, files = task.for_job()
@@ -74,7 +74,7 @@ def draw_remote(task, size: str) -> dict | None:
     """checksize.draw over a described task, run in a job where its code may run, seeded by this process."""
     import secrets
 
-    from maxkernel.harness.checksize import WORK_BUDGET
+    from maxkernel.harness.verdict.checksize import WORK_BUDGET
 
     if size.startswith("full"):
         return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from maxkernel.harness.verdict import Verdict
+from maxkernel.harness.verdict.result import Verdict
 
 __all__ = ["combine", "geomean"]
 

@@ -4,7 +4,7 @@ at each; the parsers the trusted profiling job uses.
 It never profiles at full size by default: libtpu's profiler unrolls the whole execution (a full-size GEMM passed
 21 GB of RAM). It halves the task's parallel dimensions until the program is small and writes the plan and each
 size's lowering (StableHLO text). This process imports the candidate, so it compiles and measures nothing: the
-profile is taken by estimate_compile_job, which never does, and the parent fits and extrapolates (estimate.py).
+profile is taken by estimate_compile_job, which never does, and the parent fits and extrapolates (estimate/estimator.py).
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ import math
 import re
 from pathlib import Path
 
-from maxkernel.harness.vmem_footprint import walk_eqns as _walk
+from maxkernel.harness.estimate.facts import PLAN_PROGRESS_FILE as PROGRESS_FILE
+from maxkernel.harness.estimate.facts import libtpu_version, task_dims
+from maxkernel.harness.hints.vmem_footprint import walk_eqns as _walk
 
 __all__ = ["run", "PROGRESS_FILE", "LOWERED_DIR", "parse_profile", "zero_cycle_bytes", "pallas_facts", "block_traffic",
            "plan", "linear", "task_dims", "libtpu_version"]
 
-PROGRESS_FILE = "estimate.jsonl"
 NO_PALLAS = ("no pallas_call in the traced program: it is XLA's own program, not a Pallas kernel, so it is not "
              "estimated as one (the task's baseline is XLA's program, estimated beside it)")
 LOWERED_DIR = "lowered"  # each profiled size's lowering, for the trusted profiling job
@@ -191,12 +192,6 @@ def _lowered_text(fn, structs, chip, device) -> str:
         return jax.jit(fn).trace(*placed).lower().as_text()
 
 
-def task_dims(task, size: str) -> dict:
-    """The task's integer parameters at `size` (CONFIG, overridden by SIZES[size] for a named size)."""
-    dims = {**task.config, **(getattr(task.module, "SIZES", {}) or {}).get(size, {})} if size != "full" else task.config
-    return {k: v for k, v in dims.items() if isinstance(v, int) and not isinstance(v, bool)}
-
-
 def _structs_at(task, dims: dict | None, size: str):
     import jax
 
@@ -250,7 +245,7 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
     only removes parallel tiles (so the per-tile cost is unchanged and the fit is linear in tiles); for an XLA
     program, when the task names it parallel (its work then scales linearly with it).
     """
-    from maxkernel.harness.integrity import fingerprint, pallas_kernels
+    from maxkernel.harness.verdict.integrity import fingerprint, pallas_kernels
 
     full_dims = task_dims(task, base_size)
     facts_full, closed_full = _signature(fn, _structs_at(task, None, base_size), chip)
@@ -358,9 +353,9 @@ def run(job: dict, scratch: Path) -> dict:
     profile itself is taken by estimate_compile_job, in a process that never imports the candidate."""
 
     from maxkernel import chips as chips_mod
-    from maxkernel.harness import compile_job
-    from maxkernel.harness.candidate_job import job_guard, load_kernel
-    from maxkernel.harness.hints import hint_for
+    from maxkernel.harness.jobs import compile_job
+    from maxkernel.harness.jobs.candidate_job import job_guard, load_kernel
+    from maxkernel.harness.hints.diagnose import hint_for
     from maxkernel.tasks import load_task
 
     chip = chips_mod.get(job["chip"])
@@ -416,15 +411,6 @@ def run(job: dict, scratch: Path) -> dict:
                     "hint": hint_for(full, chip), "vmem_bytes": compile_job.vmem_from_error(full)}
         _line(progress, {"lowered": {**point, "file": f"{LOWERED_DIR}/{i}.mlir"}})
     return {"status": "ok", "libtpu": libtpu_version()}
-
-
-def libtpu_version() -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version("libtpu")
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def _line(path: Path, record: dict) -> None:

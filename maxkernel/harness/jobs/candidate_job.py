@@ -1,6 +1,6 @@
 """Sandbox job: make the inputs, freeze every setting, then import a candidate kernel, run it and time it.
 
-Nothing this process returns is taken on trust (see harness/evaluate.py): outputs are arrays at names the parent
+Nothing this process returns is taken on trust (see harness/verdict/evaluate.py): outputs are arrays at names the parent
 chose, timings are checked against the parent's own clock, and the census that decides is computed elsewhere, on
 this process's TPU lowering of the kernel. What it does take care of is order: the race setting, timer and
 expected outputs are fixed before the first line of candidate code runs, and the inputs (made by the judge from
@@ -26,7 +26,7 @@ def load_kernel(path: Path, guard=None):
     """Import a kernel file under a name unique to its path and content; it must define workload().
 
     guard: None in a trusted process. In a sandboxed job, the scratch folder (True: the kernel's own folder): the
-    audit hook of harness/guard.py is armed just before the kernel's first line runs, and stays for the process.
+    audit hook of harness/sandbox/guard.py is armed just before the kernel's first line runs, and stays for the process.
     """
     data = Path(path).read_bytes()
     name = "_maxkernel_kernel_" + hashlib.sha256(data + str(path).encode()).hexdigest()[:16]
@@ -39,7 +39,7 @@ def load_kernel(path: Path, guard=None):
         if guard is None or guard is False:
             spec.loader.exec_module(module)
         else:  # compiled here, from the bytes just read: the guard allows the exec of exactly this code object
-            from maxkernel.harness import guard as _guard
+            from maxkernel.harness.sandbox import guard as _guard
 
             code = compile(data, str(path), "exec", dont_inherit=True)
             _guard.arm(Path(path), Path(path).parent if guard is True else Path(guard), code=code, module=module)
@@ -54,11 +54,11 @@ def load_kernel(path: Path, guard=None):
 
 
 def job_guard(job: dict, scratch: Path) -> Path | None:
-    """The scratch folder to arm the audit hook with (harness/guard.py) for a job that imports a kernel, or None:
+    """The scratch folder to arm the audit hook with (harness/sandbox/guard.py) for a job that imports a kernel, or None:
     only inside a sandboxed worker (the hook cannot be removed, so never in a process that goes on to do other
     work, such as a test calling a job in-process) and unless the job turns it off (tests of the layers behind)."""
     worker = sys.modules.get("__main__")
-    in_worker = getattr(worker, "__spec__", None) is not None and worker.__spec__.name == "maxkernel.harness.worker"
+    in_worker = getattr(worker, "__spec__", None) is not None and worker.__spec__.name == "maxkernel.harness.jobs.worker"
     return Path(scratch) if in_worker and job.get("guard", True) else None
 
 
@@ -115,9 +115,15 @@ def _watched() -> list:
     import jax
     import numpy as np
 
-    from maxkernel.harness import arrays, checksize, integrity, timers
+    from maxkernel.harness.verdict import arrays
 
-    mods = [sys.modules.get(n) for n in ("__main__", __name__, "maxkernel.harness.worker", "maxkernel.harness.device_timing")]
+    from maxkernel.harness.verdict import checksize
+
+    from maxkernel.harness.verdict import integrity
+
+    from maxkernel.harness.jobs import timers
+
+    mods = [sys.modules.get(n) for n in ("__main__", __name__, "maxkernel.harness.jobs.worker", "maxkernel.harness.jobs.device_timing")]
     return [m for m in mods if m is not None] + [
         jax, jax.tree_util, jax.stages.Compiled, jax.stages.Traced, jax.stages.Lowered, jax.stages.Wrapped,
         type(jax.numpy.zeros(())), arrays, timers, np, hashlib, json, integrity, checksize]
@@ -148,11 +154,11 @@ def run(job: dict, scratch: Path) -> dict:
     `scratch` once the kernel is compiled; timing_inputs_<j>.npz only when the parent says to time."""
     import jax
 
-    from maxkernel.harness import timers
-    from maxkernel.harness.arrays import load_arrays, save_arrays
-    from maxkernel.harness.checksize import inject
-    from maxkernel.harness.handoff import INPUTS_READY, TIME_GO, wait_for
-    from maxkernel.harness.integrity import census, fingerprint, pallas_kernels
+    from maxkernel.harness.jobs import timers
+    from maxkernel.harness.verdict.arrays import load_arrays, save_arrays
+    from maxkernel.harness.verdict.checksize import inject
+    from maxkernel.harness.verdict.handoff import INPUTS_READY, TIME_GO, wait_for
+    from maxkernel.harness.verdict.integrity import census, fingerprint, pallas_kernels
     from maxkernel.tasks import load_task
 
     from maxkernel import chips
@@ -286,7 +292,7 @@ def run(job: dict, scratch: Path) -> dict:
         fresh = [tuple(jax.device_put(x) for x in load_arrays(scratch / f"timing_inputs_{j}.npz")) for j in range(n_timing)]
         timing.update(_time(compiled, first, fresh, reps, budget, clock, mono, block, scratch))
         if backend != "cpu":  # on an accelerator, prefer the device's own times from a profile
-            from maxkernel.harness.device_timing import device_samples
+            from maxkernel.harness.jobs.device_timing import device_samples
 
             try:
                 dev = device_samples({"kernel": compiled}, first, len(timing["kernel_ms"]), scratch / "device_trace")
@@ -310,7 +316,7 @@ def _time(compiled, warm, fresh, reps, budget, clock, mono, block, scratch) -> d
     samples' sum."""
     import jax
 
-    from maxkernel.harness.arrays import save_arrays
+    from maxkernel.harness.verdict.arrays import save_arrays
 
     block(compiled(*warm))  # warm-up, on a checked input set
     samples, kept = [], []

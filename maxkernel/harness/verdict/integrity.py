@@ -188,7 +188,7 @@ def judge(c: Census, baseline_flops: float | None = None) -> str | None:
 
 
 def judge_lowering(audit: dict, meta: dict) -> str | None:
-    """Why the candidate must be rejected, judged on the census of its TPU lowering (harness/audit.py), or None.
+    """Why the candidate must be rejected, judged on the census of its TPU lowering (harness/verdict/audit.py), or None.
 
     Outside work is held against the task's own FLOPs (the baseline's), so Pallas work that never runs or whose
     result is thrown away buys nothing: the rules below do not depend on how much Pallas work is claimed.

@@ -1,6 +1,6 @@
 """Sandbox job: lower a kernel for a target chip, then compile it deviceless (libtpu) or natively.
 
-The roofline bound is not this job's: the parent takes it from the task and the chip (harness/estimate.py
+The roofline bound is not this job's: the parent takes it from the task and the chip (harness/estimate/estimator.py
 roofline_floors), the same figure the estimate reports."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 from maxkernel import chips as chips_mod
-from maxkernel.harness.candidate_job import job_guard, load_kernel
-from maxkernel.harness.integrity import pallas_kernels
+from maxkernel.harness.jobs.candidate_job import job_guard, load_kernel
+from maxkernel.harness.verdict.integrity import pallas_kernels
 from maxkernel.tasks import load_task
-from maxkernel.harness.hints import diagnose
+from maxkernel.harness.hints.diagnose import diagnose
 
 __all__ = ["run", "supported_tpu_chips", "vmem_from_hlo", "vmem_from_error", "trim_error"]
 
@@ -109,7 +109,7 @@ def _footprint(fn, structs, chip) -> list:
     """The program's VMEM buffers, traced again at the failing shapes (no compile)."""
     import jax
 
-    from maxkernel.harness import vmem_footprint
+    from maxkernel.harness.hints import vmem_footprint
 
     with chips_mod.trace_context(chip):
         return vmem_footprint.buffers(jax.make_jaxpr(fn)(*structs))
@@ -170,7 +170,7 @@ def _failed(out: dict, stage: str, exc: BaseException, chip, footprint=None) -> 
     out.update(stage=stage, error=trim_error(exc), hint_family=found.family if found else None,
                vmem_bytes=vmem_from_error(full))
     if found and found.family == "vmem_overflow" and footprint is not None:
-        from maxkernel.harness.vmem_footprint import describe
+        from maxkernel.harness.hints.vmem_footprint import describe
 
         try:
             bufs = footprint()
@@ -213,7 +213,7 @@ def _native(out: dict, fn, structs, task, size) -> dict:
 def _asked_vmem_limit(closed_jaxpr) -> int | None:
     """The largest scoped VMEM limit the program's pallas_calls ask for (CompilerParams(vmem_limit_bytes=...)),
     or None when none asks: the limit the compiler holds the kernel to, where the chip's default does not."""
-    from maxkernel.harness.vmem_footprint import walk_eqns
+    from maxkernel.harness.hints.vmem_footprint import walk_eqns
 
     asked = []
     for eqn in walk_eqns(closed_jaxpr.jaxpr):
