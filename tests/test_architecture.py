@@ -52,17 +52,10 @@ def import_edges(known: dict[str, int]) -> dict[tuple[str, str], list[str]]:
     edges = defaultdict(list)
     for f in source_files():
         me = unit_of(module_name(f), known)
-        for node in ast.walk(ast.parse(f.read_text())):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [f"{node.module}.{a.name}" for a in node.names]
-            else:
-                continue
-            for name in names:
-                other = unit_of(name, known)
-                if other and other != me:
-                    edges[(me, other)].append(f"{f.relative_to(ROOT)}:{node.lineno}")
+        for name, line, _ in imports_of(f.read_text()):
+            other = unit_of(name, known)
+            if other and other != me:
+                edges[(me, other)].append(f"{f.relative_to(ROOT)}:{line}")
     return edges
 
 
