@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from maxkernel.harness.jobs import reference_job
-
 from maxkernel.harness.jobs import timers
 from maxkernel.harness.verdict.arrays import load_arrays
 

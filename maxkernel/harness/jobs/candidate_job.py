@@ -116,14 +116,12 @@ def _watched() -> list:
     import numpy as np
 
     from maxkernel.harness.verdict import arrays
-
     from maxkernel.harness.verdict import checksize
-
     from maxkernel.harness.verdict import integrity
-
     from maxkernel.harness.jobs import timers
 
-    mods = [sys.modules.get(n) for n in ("__main__", __name__, "maxkernel.harness.jobs.worker", "maxkernel.harness.jobs.device_timing")]
+    mods = [sys.modules.get(n) for n in ("__main__", __name__, "maxkernel.harness.jobs.worker",
+                                         "maxkernel.harness.jobs.device_timing")]
     return [m for m in mods if m is not None] + [
         jax, jax.tree_util, jax.stages.Compiled, jax.stages.Traced, jax.stages.Lowered, jax.stages.Wrapped,
         type(jax.numpy.zeros(())), arrays, timers, np, hashlib, json, integrity, checksize]

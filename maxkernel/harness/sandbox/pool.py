@@ -23,7 +23,6 @@ from functools import lru_cache
 from pathlib import Path
 
 from maxkernel.harness.sandbox import cancel
-
 from maxkernel.harness.sandbox import stale
 from maxkernel.harness.sandbox.copyout import CopyOutError, read_json
 from maxkernel.harness.sandbox.seccomp import filter_fd
