@@ -93,6 +93,8 @@ class Settings(BaseSettings):
                                     "own where the tool may mount one, i.e. as root).")
     sandbox_max_pids: int | None = Field(default=None, ge=16, description="Processes and threads one sandboxed job may "
                                          "have (default 256 + 4 per core; enforced where a pids cgroup can be made).")
+    job_log: Path | None = Field(default=None, description="Append one JSON line per sandboxed job to this file (its "
+                                 "kind, task, wall seconds, status and the calling process): where a run's time goes.")
     mcp_token: SecretStr | None = Field(default=None, description="Bearer token `maxkernel mcp --http` requires of "
                                         "clients (needed off localhost); --token overrides it.")
 

@@ -24,6 +24,30 @@ def test_a_worker_that_died_while_waiting_is_replaced(monkeypatch):
         assert out.status == "ok" and out.result["status"] == "ok", out.stderr_tail
 
 
+def test_the_job_log_has_a_line_per_job_with_its_kind_task_and_wall(tmp_path, monkeypatch):
+    """MAXKERNEL_JOB_LOG: where a run's time goes, one JSON line per sandboxed job; a log that cannot be written
+    costs the job nothing."""
+    import json
+
+    from maxkernel.settings import get_settings
+
+    log = tmp_path / "jobs.jsonl"
+    monkeypatch.setenv("MAXKERNEL_JOB_LOG", str(log))
+    get_settings.cache_clear()
+    try:
+        with WorkerPool(size=0) as pool:
+            out = pool.run(JOB, timeout=120)
+            assert out.status == "ok", out.stderr_tail
+            monkeypatch.setenv("MAXKERNEL_JOB_LOG", str(tmp_path / "no" / "such" / "folder" / "jobs.jsonl"))
+            get_settings.cache_clear()
+            assert pool.run(JOB, timeout=120).status == "ok"
+    finally:
+        get_settings.cache_clear()
+    (line,) = [json.loads(x) for x in log.read_text().splitlines()]
+    assert (line["kind"], line["task"], line["size"], line["status"]) == ("reference", "12p_RMSNorm", "smoke", "ok")
+    assert 0 < line["wall_s"] <= out.wall_s + 0.01 and line["worker_age_s"] >= line["wall_s"]
+
+
 @pytest.mark.integration
 def test_a_pool_killed_unclosed_leaves_nothing_the_next_pool_keeps(tmp_path):
     """A process holding a pool dies by SIGKILL (no finalizer runs): its root, its pre-started worker's scratch

@@ -367,6 +367,7 @@ class Worker:
                 scope.check()
             scope.event(f"sandboxed job {job.get('kind', '?')} finished in {wall:.1f} s")
         status, result = read_result(self.scratch, "job") if status == "ok" else (status, None)
+        _log_job(job, wall, status, time.monotonic() - self.started)
         limits = ["pids"] if _pids_hit(self.cgroup) else []
         if self.scratch_mb is not None and _scratch_full(self.scratch):
             limits.append("scratch")
@@ -405,6 +406,20 @@ class Worker:
             subprocess.run(["umount", "-l", str(self.scratch)], capture_output=True, timeout=30)
         shutil.rmtree(self.scratch, ignore_errors=True)
         self.log.unlink(missing_ok=True)
+
+
+def _log_job(job: dict, wall: float, status: str, age: float) -> None:
+    """One line in the settings' job log (MAXKERNEL_JOB_LOG), if set: a log that cannot be written is skipped."""
+    path = get_settings().job_log
+    if path is None:
+        return
+    line = {"kind": job.get("kind", "?"), "task": job.get("task"), "size": job.get("size"), "wall_s": round(wall, 3),
+            "worker_age_s": round(age, 3), "status": status, "pid": os.getpid(), "at": round(time.time(), 3)}
+    try:
+        with open(path, "a", encoding="utf-8") as f:  # one write of one short line: appends from processes interleave
+            f.write(json.dumps(line) + "\n")
+    except OSError:
+        pass
 
 
 # libtpu prints these on every CPU-only start; they are not the kernel's fault.
