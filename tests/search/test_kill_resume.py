@@ -46,11 +46,16 @@ def test_kill_9_then_resume_loses_and_redoes_nothing(tmp_path):
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     db = out / "graph.sqlite"
     deadline = time.monotonic() + 400
-    # Killed once a node has finished and the next one is mid-way (one worker: a node takes seconds, the
-    # hand-over between nodes milliseconds), so the kill leaves both kinds of node behind.
+    # Killed once a node has finished and the next one is mid-way, so the kill leaves both kinds of node behind.
+    # The search is stopped (SIGSTOP) before the second look: a node can finish between a look and the kill (one
+    # whose kernel was judged before comes back from the verdict cache in milliseconds), and a stopped search
+    # writes nothing, so what the second look sees is what the kill leaves.
     while time.monotonic() < deadline and proc.poll() is None:
         if db.is_file() and _done(db) and _running(db):
-            break
+            os.kill(proc.pid, signal.SIGSTOP)
+            if _done(db) and _running(db):
+                break
+            os.kill(proc.pid, signal.SIGCONT)
         time.sleep(0.1)
     assert proc.poll() is None, "the search ended before it could be killed"
     os.kill(proc.pid, signal.SIGKILL)
