@@ -3,8 +3,10 @@ fused as an epilogue on the f32 accumulator, then a small Pallas kernel for the 
 
 GroupNorm's groups are GROUP_SIZE (16) contiguous output features of one row, so when block_n is a multiple of the
 group size each group's mean and variance are local to one output tile: the epilogue at the last K step normalises
-the accumulator and folds it into a running per-row minimum; the [batch, out] GEMM output never reaches HBM (XLA
-writes it in f32 and reads it back for the statistics and the minimum)."""
+the accumulator and reduces it to a per-row minimum over the tile's columns, one 128-lane partial per output tile;
+the [batch, out] GEMM output never reaches HBM (XLA writes it in f32 and reads it back for the statistics and the
+minimum). Each (row, column) tile writes its own partial, so both output axes are parallel (a megacore can split
+either, and the TPU estimate can shrink either); the partials, batch x out/block_n x 128, are folded afterwards."""
 
 import dataclasses
 import functools
@@ -21,12 +23,13 @@ EPS = 1e-5
 
 # Candidate values per tunable. The defaults are the large GEMM tiles of 19k / 27k (x and w re-read four times each
 # at full size, 4096 x 8192 x 8192); the kernel asks for a VMEM limit sized from them. block_b is the broadcast
-# kernel's tile over out_features (its batch tile is the whole batch, lane-dense).
+# kernel's tile over out_features; block_c its tile over the batch (lane-dense).
 TUNABLES = {
     "block_m": (256, 512, 1024, 2048),
     "block_n": (512, 1024, 2048),
     "block_k": (512, 1024, 2048, 4096),
     "block_b": (64, 128, 256, 512),
+    "block_c": (512, 1024, 2048),
 }
 
 SUBLANES, LANES = 8, 128
@@ -75,7 +78,7 @@ def _vmem_limit(bs: BlockSizes, in_dtype) -> int:
     partial product, plus a quarter for Mosaic's scratch; between the 16 MiB default and 100 MiB."""
     isz = jnp.dtype(in_dtype).itemsize
     tiles = (2 * isz * (bs.block_m * bs.block_k + bs.block_n * bs.block_k + 3 * SUBLANES * bs.block_n)
-             + 2 * 4 * bs.block_m * LANES)
+             + 2 * 4 * bs.block_m * LANES)  # the output tile's 128-lane partial minima
     need = tiles + 2 * 4 * bs.block_m * bs.block_n
     return int(min(max(need * 5 // 4, 16 << 20), 100 << 20))
 
@@ -94,13 +97,9 @@ def _group_sum(v, ones):
 
 def _gemm_groupnorm_min_kernel(x_ref, w_ref, b_ref, g_ref, beta_ref, o_ref, acc_ref):
     # x_ref: [bm, bk], w_ref: [bn, bk], b/g/beta_ref: [1, bn], acc_ref: [bm, bn]
-    # o_ref: [bm, 128] f32, resident over the N and K axes: lane l holds the running minimum of the row's normalised
-    # outputs in columns == l (mod 128); the 128 lanes are folded outside.
-    j, k = pl.program_id(1), pl.program_id(2)
-
-    @pl.when((j == 0) & (k == 0))
-    def _init_min():
-        o_ref[...] = jnp.full_like(o_ref, jnp.inf)
+    # o_ref: [bm, 128] f32, this output tile's own, resident over the K axis only: lane l holds the minimum of the
+    # row's normalised outputs in the tile's columns == l (mod 128); tiles and lanes are folded outside.
+    k = pl.program_id(2)
 
     @pl.when(k == 0)
     def _init_acc():
@@ -116,6 +115,7 @@ def _gemm_groupnorm_min_kernel(x_ref, w_ref, b_ref, g_ref, beta_ref, o_ref, acc_
         lane_group = lax.broadcasted_iota(jnp.int32, (LANES, LANES), 0) // GROUP_SIZE
         ones = (lane_group == lax.broadcasted_iota(jnp.int32, (LANES, LANES), 1) // GROUP_SIZE).astype(jnp.bfloat16)
         inv_g = 1.0 / GROUP_SIZE
+        o_ref[...] = jnp.full_like(o_ref, jnp.inf)
 
         def _piece(t, carry):
             rows = pl.ds(pl.multiple_of(t // n_cols * rows_per, rows_per), rows_per)
@@ -131,62 +131,64 @@ def _gemm_groupnorm_min_kernel(x_ref, w_ref, b_ref, g_ref, beta_ref, o_ref, acc_
 
 
 def _broadcast_add_kernel(m_ref, bias_ref, o_ref):
-    # m_ref: [1, batch] f32 row minima, bias_ref: [bb, 1], o_ref: [bb, batch]
+    # m_ref: [1, bc] f32 row minima, bias_ref: [bb, 1], o_ref: [bb, bc]
     o_ref[...] = (m_ref[...] + bias_ref[...].astype(jnp.float32)).astype(o_ref.dtype)
 
 
 def row_min_partials(x, w, b, gn_weight, gn_bias, bs: BlockSizes):
-    """[batch, 128] f32: per row, the minimum of groupnorm(x @ w.T + b) over the columns of each lane class."""
+    """[batch, out / block_n * 128] f32: per row and output tile, the minimum of groupnorm(x @ w.T + b) over the
+    tile's columns of each lane class."""
     (m, k), n = x.shape, w.shape[0]
     grid = (m // bs.block_m, n // bs.block_n, k // bs.block_k)
     size = jnp.dtype(x.dtype).itemsize
     cost = pl.CostEstimate(
         flops=2 * m * n * k + 4 * 2 * m * n * LANES + 12 * m * n,
         transcendentals=m * n,  # rsqrt per output
-        bytes_accessed=size * (m * k * grid[1] + n * k * grid[0] + 3 * n) + 4 * m * LANES,
+        bytes_accessed=size * (m * k * grid[1] + n * k * grid[0] + 3 * n) + 4 * m * LANES * grid[1],
     )
     vec_spec = pl.BlockSpec((1, bs.block_n), lambda i, j, kk: (0, j))
     return pl.pallas_call(
         _gemm_groupnorm_min_kernel,
-        out_shape=jax.ShapeDtypeStruct((m, LANES), jnp.float32),
+        out_shape=jax.ShapeDtypeStruct((m, grid[1] * LANES), jnp.float32),
         grid=grid,
         in_specs=[
             pl.BlockSpec((bs.block_m, bs.block_k), lambda i, j, kk: (i, kk)),
             pl.BlockSpec((bs.block_n, bs.block_k), lambda i, j, kk: (j, kk)),
             vec_spec, vec_spec, vec_spec,
         ],
-        out_specs=pl.BlockSpec((bs.block_m, LANES), lambda i, j, kk: (i, 0)),
+        out_specs=pl.BlockSpec((bs.block_m, LANES), lambda i, j, kk: (i, j)),
         scratch_shapes=[pltpu.VMEM((bs.block_m, bs.block_n), jnp.float32)],
-        # The row minimum is carried across the N axis, so only the row axis is parallel.
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary"),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
                                              vmem_limit_bytes=_vmem_limit(bs, x.dtype)),
         cost_estimate=cost,
         interpret=False,
     )(x, w, b.reshape(1, n), gn_weight.reshape(1, n), gn_bias.reshape(1, n))
 
 
-def broadcast_add(row_min, bias, out_dtype, block_b):
-    """[out, batch]: out[j, i] = row_min[i] + bias[j], in out_dtype."""
+def broadcast_add(row_min, bias, out_dtype, block_b, block_c):
+    """[out, batch]: out[j, i] = row_min[i] + bias[j], in out_dtype, tiled (block_b, block_c)."""
     m, n = row_min.shape[0], bias.shape[0]
-    bb = min(block_b, n)
+    bb, bc = min(block_b, n), min(block_c, m)
     if n % bb or (bb != n and bb % SUBLANES):
         raise ValueError(f"block_b={bb} must divide out_features={n} and be a multiple of {SUBLANES}")
+    if m % bc or (bc != m and bc % LANES):
+        raise ValueError(f"block_c={bc} must divide batch_size={m} and be a multiple of {LANES}")
     osz = jnp.dtype(out_dtype).itemsize
     return pl.pallas_call(
         _broadcast_add_kernel,
         out_shape=jax.ShapeDtypeStruct((n, m), out_dtype),
-        grid=(n // bb,),
-        in_specs=[pl.BlockSpec((1, m), lambda j: (0, 0)), pl.BlockSpec((bb, 1), lambda j: (j, 0))],
-        out_specs=pl.BlockSpec((bb, m), lambda j: (j, 0)),
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
-                                             vmem_limit_bytes=int(max(4 * bb * m * osz + (4 << 20), 16 << 20))),
+        grid=(n // bb, m // bc),
+        in_specs=[pl.BlockSpec((1, bc), lambda j, i: (0, i)), pl.BlockSpec((bb, 1), lambda j, i: (j, 0))],
+        out_specs=pl.BlockSpec((bb, bc), lambda j, i: (j, i)),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"),
+                                             vmem_limit_bytes=int(max(4 * bb * bc * osz + (4 << 20), 16 << 20))),
         cost_estimate=pl.CostEstimate(flops=m * n, transcendentals=0,
                                       bytes_accessed=osz * m * n + 4 * m + n * jnp.dtype(bias.dtype).itemsize),
         interpret=False,
     )(row_min.reshape(1, m), bias.reshape(n, 1))
 
 
-@functools.partial(jax.jit, static_argnames=("block_m", "block_n", "block_k", "block_b"))
+@functools.partial(jax.jit, static_argnames=("block_m", "block_n", "block_k", "block_b", "block_c"))
 def workload(
     x: jax.Array,  # [batch_size, in_features]
     w: jax.Array,  # [out_features, in_features]
@@ -199,6 +201,7 @@ def workload(
     block_n: int = 2048,
     block_k: int = 2048,
     block_b: int = 256,
+    block_c: int = 1024,
 ) -> jax.Array:  # [1, out_features, batch_size, 1] in x's dtype
     """min over features of groupnorm(x @ w.T + b) per row, broadcast-added to bias: f32 accumulation and stats."""
     (m, k), (n, k_w) = x.shape, w.shape
@@ -213,5 +216,5 @@ def workload(
         raise ValueError(f"out_features={n} must be whole groups of {GROUP_SIZE}, and {GROUP_SIZE} must divide {LANES}")
     bs = BlockSizes.fit(m, n, k, block_m=block_m, block_n=block_n, block_k=block_k)
     partials = row_min_partials(x, w, b, gn_weight, gn_bias, bs)
-    row_min = jnp.min(partials, axis=1)  # [batch]: folds the 128 lane classes (O(batch) work)
-    return broadcast_add(row_min, bias.reshape(n), x.dtype, block_b).reshape(1, n, m, 1)
+    row_min = jnp.min(partials, axis=1)  # [batch]: folds the tiles' 128 lane classes (out/block_n * 128 per row)
+    return broadcast_add(row_min, bias.reshape(n), x.dtype, block_b, block_c).reshape(1, n, m, 1)

@@ -108,3 +108,62 @@ def test_pallas_facts_flags_scalar_prefetch_as_data_dependent():
     assert facts["data_dependent"] == ["scalar_prefetch"]
     assert facts["pallas_calls"][0]["scalar_prefetch"] == 1
     assert ej.block_traffic(closed)["bytes"] is None  # the index map reads data: not enumerated
+
+
+_TIED_TASK = '''
+import jax.numpy as jnp
+from jaxbench._common import dims
+
+CONFIG = {"rows": 4096, "cols": 4096, "groups": 256}
+SIZES = {"smoke": {"rows": 64, "cols": 64, "groups": 4}}
+SQUARE = SQUARE_FLAG  # rows and cols must be equal: a pair whose work falls by the factor squared
+
+
+def create_inputs(dtype=jnp.float32, *, size="full", seed=42):
+    d = dims(CONFIG, SIZES, size)
+    assert d["cols"] == 16 * d["groups"], "16 columns per group"
+    assert not SQUARE or d["rows"] == d["cols"], "square"
+    return (jnp.zeros((d["rows"], d["cols"]), dtype),)
+
+
+def workload(x):
+    return x @ x.T if SQUARE else x * 2.0
+
+
+def get_flops(size="full"):
+    d = dims(CONFIG, SIZES, size)
+    return 2 * d["rows"] * d["rows"] * d["cols"] if SQUARE else d["rows"] * d["cols"]
+'''
+
+
+@pytest.mark.parametrize("square", [False, True])
+def test_plan_shrinks_a_dim_with_the_one_it_is_tied_to_only_where_the_flops_confirm_it(tmp_path, square):
+    """cols may only shrink with groups (16 columns per group): the pair shrinks together and counts as one dim of
+    work. Where rows must equal cols, shrinking both cuts the work by the factor squared: no tie, cols stays."""
+    folder = tmp_path / ("square" if square else "grouped")
+    folder.mkdir()
+    (folder / "baseline.py").write_text(_TIED_TASK.replace("SQUARE_FLAG", str(square)))
+    task = load_task(folder)
+    budget = {**BUDGET, "flops": 1e5, "full_bytes": 4 * 4096 * 4096}
+    p = ej.plan(task, task.module.workload, "full", V5E, False, budget, ["cols", "groups"])
+    if square:
+        assert p["tied"] == {} and p["shrunk_dims"] == [] and not p["reached_budget"]
+        return
+    assert p["tied"] == {"cols": "groups"} and set(p["shrunk_dims"]) == {"cols", "groups"}
+    for pt in p["points"]:
+        assert pt["dims"]["cols"] == 16 * pt["dims"]["groups"]
+        assert math.isclose(pt["x"], pt["dims"]["cols"] / 4096)  # counted once, not (cols/4096) * (groups/256)
+
+
+@pytest.mark.parametrize("task_name", ["40k_Gemm_GroupNorm_Min_BiasAdd", "45k_Gemm_GroupNorm_Swish_Multiply_Swish"])
+def test_the_groupnorm_kernels_shrink_out_features_with_num_groups(task_name):
+    """The shipped 40k and 45k kernels could not be estimated: out_features only shrinks with num_groups, and 40k
+    carried its row minimum across the out_features axis. Both now reach the profiling budget."""
+    from maxkernel.harness.estimate.estimator import _dims_order
+
+    task = load_task(task_name)
+    fn = load_kernel(SUITE / task_name / "kernel.py").workload
+    p = ej.plan(task, fn, "full", chips.get("v6e"), True, BUDGET, _dims_order(task, True))
+    assert p["reached_budget"], p["rejected"]
+    assert p["tied"] == {"out_features": "num_groups"} and "in_features" in p["rejected"]
+    assert all(pt["dims"]["out_features"] == task.module.GROUP_SIZE * pt["dims"]["num_groups"] for pt in p["points"])

@@ -207,6 +207,16 @@ def _structs_at(task, dims: dict | None, size: str):
         sizes.pop(SIZE_NAME, None)
 
 
+def _flops_at(task, dims: dict) -> float:
+    """The task's own FLOP count at `dims` (0 when it declares none)."""
+    sizes = task.module.SIZES
+    sizes[SIZE_NAME] = dims
+    try:
+        return float(task.flops(SIZE_NAME) or 0.0)
+    finally:
+        sizes.pop(SIZE_NAME, None)
+
+
 def _signature(fn, structs, chip):
     """(pallas facts, traced jaxpr) of `fn` at `structs` in the chip's trace context."""
     import jax
@@ -257,10 +267,31 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
     chain = [dict(cur)]
     usable = [d for d in dims_order if isinstance(full_dims.get(d), int) and full_dims[d] > 1]
     rejected: dict[str, str] = {}
+    ties: dict[str, str] = {}  # a dim the task only accepts shrunk together with another: leader -> follower
     why = ""
 
-    def ratio(dims):
-        return math.prod(dims[d] / full_dims[d] for d in usable if d in dims)
+    def ratio(dims):  # a follower moves with its leader and is one dimension of work with it: counted once
+        return math.prod(dims[d] / full_dims[d] for d in usable if d in dims and d not in ties.values())
+
+    def tie(d, factor):
+        """(partner, its shrink) when `d` shrinks by `factor` only together with another usable dim (out_features with
+        num_groups, where every size keeps the features per group), kept only where the task's own FLOPs fall by
+        the factor and not its square: the two are one dimension of work. None when there is none."""
+        if not work_flops:
+            return None
+        base = _flops_at(task, cur)
+        for e in usable:
+            if e == d or e in ties or e in ties.values() or cur[e] % factor or cur[e] < factor:
+                continue
+            trial = {**cur, d: cur[d] // factor, e: cur[e] // factor}
+            try:
+                got = _signature(fn, _structs_at(task, trial, base_size), chip)
+                scaled = base and math.isclose(_flops_at(task, trial) * factor, base, rel_tol=0.02)
+            except Exception:  # noqa: BLE001  (the task refuses this pair too)
+                continue
+            if scaled and (not is_kernel or _same_kernel(facts_at[_key(cur)], got[0])):
+                return e, trial, got
+        return None
 
     def small_enough(dims):
         x = ratio(dims)
@@ -278,17 +309,26 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
     while not small_enough(cur):
         moved = False
         for d in sorted(usable, key=lambda n: -cur[n]):
-            if d in rejected:
+            if d in rejected or d in ties.values():
                 continue
             for factor in _FACTORS:  # halve where possible; a dim like 28672 = 2^12 * 7 also loses its 7
                 if cur[d] % factor or cur[d] < factor:
                     continue
                 trial = {**cur, d: cur[d] // factor}
+                if d in ties:
+                    e = ties[d]
+                    if cur[e] % factor or cur[e] < factor:
+                        continue
+                    trial[e] = cur[e] // factor
                 try:
                     facts, closed = _signature(fn, _structs_at(task, trial, base_size), chip)
-                except Exception as exc:  # noqa: BLE001  (the program refuses the shape: try another factor)
+                except Exception as exc:  # noqa: BLE001  (the program refuses the shape: a partner, or another factor)
                     why = f"{type(exc).__name__}: {str(exc)[:160]}"
-                    continue
+                    paired = None if d in ties else tie(d, factor)
+                    if paired is None:
+                        continue
+                    e, trial, (facts, closed) = paired
+                    ties[d] = e
                 if is_kernel and not _same_kernel(facts_at[_key(cur)], facts):
                     why = "shrinking it changes a block shape or a reduction axis"
                     continue
@@ -312,7 +352,7 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
 
     # The smallest size first, then the sizes it was halved from, while they stay within the hard limit.
     ladder = [p for p in chain[::-1] if work(p) <= _HARD_FACTOR] or [chain[-1]]
-    return {"full_dims": full_dims, "shrunk_dims": [d for d in usable if cur[d] != full_dims[d]],
+    return {"full_dims": full_dims, "shrunk_dims": [d for d in usable if cur[d] != full_dims[d]], "tied": ties,
             "points": [{"dims": p, "x": ratio(p), "tiles": _tiles(facts_at[_key(p)]) if is_kernel else None,
                         "work": work(p)} for p in ladder],
             "reached_budget": work(cur) <= _HARD_FACTOR, "rejected": rejected, "full_facts": facts_full,
