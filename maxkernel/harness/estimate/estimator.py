@@ -168,6 +168,8 @@ class ProgramEstimate(BaseModel):
     error: str | None = None
     hint: str | None = None
     stage: str | None = None
+    partial_stage: str | None = Field(default=None, description="memory or timeout: a larger planned size ran out of "
+                                      "it, and the fit stands on the smaller sizes profiled before it (in limits)")
     wall_s: float = 0.0
     cached: bool = False
 
@@ -355,12 +357,18 @@ def estimate_program(task, kernel: str | None, chip, size: str = "full", tunable
         return ProgramEstimate(ok=False, program=program, chip=chip.name, stage="task", error=str(exc),
                                wall_s=time.monotonic() - t0)
     out.wall_s = time.monotonic() - t0
-    if out.ok or out.stage in _DETERMINISTIC:  # deterministic outcomes only
+    # Deterministic outcomes only: not a fit cut short by the clock (on a quieter machine every size may finish).
+    if (out.ok and out.partial_stage != "timeout") or (not out.ok and out.stage in _DETERMINISTIC):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{time.monotonic_ns()}.tmp")
         tmp.write_text(out.model_dump_json())
         tmp.replace(path)
     return out
+
+
+# A profile that ran out of memory or time at a larger size is fitted on the smaller sizes profiled before it.
+_PARTIAL_STAGES = ("memory", "timeout")
+PARTIAL_FIT = "fitted on the"
 
 
 def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> ProgramEstimate:
@@ -397,13 +405,20 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
     texts = {f"lowered_{i}.mlir": planned["lowered"][pt["file"]] for i, pt in enumerate(points)}
     profiled = _run(trusted, texts, max(budget - (time.monotonic() - t0), 1.0), PROFILE_PROGRESS_FILE)
     failed = _failed(base, profiled, settings, kernel)
-    if failed:
+    done = [ln for ln in profiled["lines"] if "point" in ln]
+    if failed and not (failed.stage in _PARTIAL_STAGES and len(done) >= 2):
         return failed
     try:
-        return _fit(base, head + [ln for ln in profiled["lines"] if "point" in ln], task, chip, size, full_bytes)
+        out = _fit(base, head + done, task, chip, size, full_bytes)
     except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as exc:
-        return ProgramEstimate(**base, stage="sandbox",
-                               error=f"the profile job wrote a malformed record ({type(exc).__name__}: {exc})")
+        return failed or ProgramEstimate(**base, stage="sandbox",
+                                         error=f"the profile job wrote a malformed record ({type(exc).__name__}: {exc})")
+    if failed:
+        # The sizes are profiled smallest first: a larger one that ran out of memory or time leaves the smaller ones
+        # whole, and a line through them prices the program, further from the full size than planned.
+        out.limits.append(f"{PARTIAL_FIT} {len(done)} of {len(points)} planned sizes: {failed.error}")
+        out.partial_stage = failed.stage
+    return out
 
 
 MAX_LOWERED_BYTES = 64 << 20  # one size's lowering (StableHLO text, Mosaic kernels serialized inside)

@@ -1,0 +1,72 @@
+"""A profile that runs out of memory (or time) at a larger planned size is fitted on the smaller sizes that finished.
+
+The sizes are profiled smallest first, so when libtpu's profiler hits the address-space guard on the largest one
+(18 of the suites' programs did at 16 GiB), the smaller profiles are whole. The recorded jobs of a real estimate
+are replayed with the trusted profile job cut short after some sizes, as a memory-guard crash or a timeout."""
+
+import pytest
+from _extras import need_module
+
+from maxkernel import chips
+from maxkernel.harness.estimate import estimator as est
+from maxkernel.tasks import load_task
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+_OOM = "E1205 pjrt.cc:1] mmap error: 12 while reserving"
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    """The two jobs of one real estimate (8p_GEMM's XLA baseline on v5e), as _profile received them."""
+    need_module("libtpu", extra="tpu")
+    calls = []
+    real = est._run
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append(out)
+        return out
+
+    task, chip = load_task("8p_GEMM"), chips.get("v5e")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(est, "_run", spy)
+    try:
+        whole = est._profile(task, None, chip, "full", None, None, [])
+    finally:
+        mp.undo()
+    assert whole.ok, whole.error
+    return task, chip, whole, calls
+
+
+def _replay(monkeypatch, calls, keep: int, status: str):
+    plan, profile = calls
+    points = [ln for ln in profile["lines"] if "point" in ln]
+    starting = [ln for ln in profile["lines"] if "starting" in ln]
+    cut = {**profile, "status": status, "result": {}, "stderr": _OOM if status == "crashed" else "",
+           "lines": points[:keep] + starting[keep:keep + 1]}
+    replies = iter([plan, cut])
+    monkeypatch.setattr(est, "_run", lambda *a, **k: next(replies))
+    return len(points)
+
+
+@pytest.mark.parametrize("status, stage", [("crashed", "memory"), ("timeout", "timeout")])
+def test_a_larger_size_out_of_memory_or_time_leaves_a_fit_on_the_smaller_ones(recorded, monkeypatch, status, stage):
+    task, chip, whole, calls = recorded
+    planned = _replay(monkeypatch, calls, 2, status)
+    assert planned >= 3, "the recorded plan needs a size beyond the two kept"
+    part = est._profile(task, None, chip, "full", None, None, [])
+    assert part.ok and part.partial_stage == stage
+    said = [ln for ln in part.limits if ln.startswith(est.PARTIAL_FIT)]
+    assert said and f"2 of {planned} planned sizes" in said[0]
+    assert ("memory guard" if stage == "memory" else "did not finish") in said[0]
+    assert len(part.fit["points"]) == 2
+    # A GEMM's cycles are a line in its work: the two smaller sizes read the full size as all of them do.
+    assert part.estimated_ms == pytest.approx(whole.estimated_ms, rel=0.05)
+
+
+def test_with_fewer_than_two_sizes_the_failure_stands(recorded, monkeypatch):
+    task, chip, _, calls = recorded
+    _replay(monkeypatch, calls, 1, "crashed")
+    part = est._profile(task, None, chip, "full", None, None, [])
+    assert not part.ok and part.stage == "memory" and "memory guard" in part.error
