@@ -45,10 +45,15 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def _when_the_next_job_starts(ev: Evaluator, signum: int, at: str = "") -> threading.Thread:
-    """Send `signum` to the idle judge's processes as soon as its next job's folder (or file `at` in it) appears."""
+def _when_the_next_job_starts(ev: Evaluator, signum: int, at: str = "", frozen: bool = False) -> threading.Thread:
+    """Send `signum` to the idle judge's processes as soon as its next job's folder (or file `at` in it) appears.
+    `frozen`: stop them (SIGSTOP) now, so the job has not begun when the signal lands, however late this thread
+    gets to run on a loaded machine (the parent makes the job's folder; a stopped judge cannot start it)."""
     [judge] = ev.judges._idle
     folder, pid = judge.worker.scratch / f"job-{judge.jobs}", judge.worker.proc.pid
+    if frozen:
+        for p in _tree(pid):
+            os.kill(p, signal.SIGSTOP)
 
     def watch():
         deadline = time.monotonic() + 120
@@ -96,7 +101,7 @@ def test_one_judge_serves_verdicts_back_to_back(ev, tmp_path):
 def test_a_judge_killed_mid_verdict_costs_that_verdict_only(ev):
     ev.evaluate(TASK, KERNEL, reps=0)  # a judge is up and idle
     started = ev.judges.started
-    killer = _when_the_next_job_starts(ev, signal.SIGKILL)
+    killer = _when_the_next_job_starts(ev, signal.SIGKILL, frozen=True)  # killed before it made the inputs
     hit = ev.evaluate(TASK, KERNEL, reps=0)
     killer.join()
     assert hit.status == "error" and hit.stage == "judge", (hit.status, hit.stage, hit.reason)
