@@ -76,13 +76,61 @@ def test_plan_shrinks_parallel_dims_and_keeps_the_reduction_whole():
     assert all(math.isclose(pt["x"] * full_tiles, pt["tiles"]) for pt in p["points"])
 
 
-def test_plan_for_a_baseline_uses_only_the_named_dims():
+def test_plan_for_a_baseline_shrinks_output_dims_only():
     task = load_task("8p_GEMM")
     p = ej.plan(task, task.module.workload, "full", V5E, False, BUDGET, ["M", "N"])
     assert p["reached_budget"] and set(p["shrunk_dims"]) <= {"M", "N"}
     assert all(pt["work"] <= 1.0 for pt in p["points"][:1])
-    nothing = ej.plan(task, task.module.workload, "full", V5E, False, BUDGET, [])
+    # Named or not, K is contracted: halving it keeps every output and cuts the work per output, so it stays whole.
+    unnamed = ej.plan(task, task.module.workload, "full", V5E, False, BUDGET, [])
+    assert unnamed["reached_budget"] and set(unnamed["shrunk_dims"]) == {"M", "N"}
+    assert all(pt["dims"]["K"] == 8192 for pt in unnamed["points"])
+    # Attention: seq_len's work is quadratic, and batch, heads and head_dim are below the size an unnamed dim may
+    # shrink from: with no dim named there is nothing to shrink.
+    attention = load_task("1p_Flash_Attention")
+    budget = {**BUDGET, "full_bytes": 4 * 2 * 4096 * 16 * 128 * 2}
+    nothing = ej.plan(attention, attention.module.workload, "full", V5E, False, budget, [])
     assert not nothing["reached_budget"] and nothing["points"][0]["x"] == 1.0
+
+
+def _density(task, dims: dict) -> float:
+    import jax
+
+    structs = ej._structs_at(task, dims, "full")
+    outs = jax.eval_shape(task.module.workload, *structs)
+    moved = sum(ej._nbytes(a) for a in list(structs) + jax.tree_util.tree_leaves(outs))
+    return ej._flops_at(task, dims) / moved
+
+
+def test_a_baseline_is_profiled_in_its_full_size_regime():
+    """19k names only batch_size. Shrunk by it alone, its GEMM streams the whole 8192 x 8192 weight at every profiled
+    size: weight-bound there, compute-bound at full size, and the line through those sizes fell under the FLOP floor
+    (v6e: 0.49 ms against 0.599). out_features also indexes the output with the same work per output, so the plan
+    shrinks it too, down to 1024 and no further, and keeps the program as dense as at full size; in_features, which
+    the GEMM contracts, stays whole."""
+    task = load_task("19k_Matmul_Subtract_Multiply_ReLU")
+    budget = {**BUDGET, "full_bytes": 2 * (4096 * 8192 * 2 + 8192 * 8192 + 8192)}
+    p = ej.plan(task, task.module.workload, "full", V5E, False, budget, ["batch_size"])
+    assert p["reached_budget"] and set(p["shrunk_dims"]) == {"batch_size", "out_features"}
+    full = ej._flops_at(task, p["full_dims"])
+    for pt in p["points"]:
+        assert pt["dims"]["in_features"] == 8192 and pt["dims"]["out_features"] >= 1024
+        assert math.isclose(pt["x"] * full, ej._flops_at(task, pt["dims"]), rel_tol=1e-3)  # x still measures the work
+    smallest = p["points"][0]
+    by_batch = {**p["full_dims"], "batch_size": round(4096 * smallest["x"])}  # the same work, batch alone shrunk
+    assert _density(task, smallest["dims"]) > 3 * _density(task, by_batch)
+
+
+def test_a_dim_some_matmul_contracts_is_not_shrunk_for_density():
+    """9p's emb_dim indexes the MLP's output with the same work per output, but its gate and up projections contract
+    it: at emb_dim 1024 they are another regime (libtpu even aborted on that program on v5e). It stays whole."""
+    from maxkernel.harness.estimate.estimator import _dims_order, _io_bytes
+
+    task = load_task("9p_SwiGLU_MLP")
+    budget = {**BUDGET, "full_bytes": _io_bytes(task, "full")}
+    p = ej.plan(task, task.module.workload, "full", V5E, False, budget, _dims_order(task, False))
+    assert p["reached_budget"] and "emb_dim" not in p["shrunk_dims"]
+    assert all(pt["dims"]["emb_dim"] == 8192 and pt["dims"]["mlp_dim"] == 28672 for pt in p["points"])
 
 
 def test_pallas_facts_flags_scalar_prefetch_as_data_dependent():

@@ -28,6 +28,8 @@ LOWERED_DIR = "lowered"  # each profiled size's lowering, for the trusted profil
 SIZE_NAME = "__estimate__"  # the task size the job injects for a shrunk point
 MAX_GRID_POINTS = 1 << 24
 _FACTORS = (2, 3, 5, 7)
+_MIN_EXTRA = 1024  # an unnamed dim is not shrunk below this: a dim one matmul contracts (an MLP's emb_dim) then
+# still fills the MXU, and layouts stay lane-dense: the profile prices the full size's regime
 _HARD_FACTOR = 4.0  # a program up to this many times the budget is still profiled (a kernel's single tile may be big)  # beyond this many grid steps, block traffic is not enumerated
 _CYCLES = re.compile(r'hlo_op_estimate\s*\{[^}]*?hlo_op_name:\s*"([^"]+)"[^}]*?estimated_cycles:\s*(\d+)', re.S)
 _SHAPE = re.compile(r"\b(pred|s4|u4|s8|u8|s16|u16|s32|u32|s64|u64|f16|bf16|f32|f64|f8e4m3fn|f8e5m2|c64|c128)\[([\d,]*)\]")
@@ -266,6 +268,13 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
     cur = dict(full_dims)
     chain = [dict(cur)]
     usable = [d for d in dims_order if isinstance(full_dims.get(d), int) and full_dims[d] > 1]
+    # An XLA program may also shrink a dim the task does not name, where its FLOPs fall by the factor: taken only where
+    # that keeps the program denser (FLOPs per byte) than the named dims would, so the profiled sizes stay in the full
+    # size's regime (19k's GEMM shrunk by batch alone was weight-bound at every profiled size, and its line fell
+    # under the FLOP floor; shrunk by batch and out_features it is compute-bound, as at full size).
+    extras = ([d for d in full_dims if d not in usable and full_dims[d] >= 2 * _MIN_EXTRA]
+              if not is_kernel and work_flops else [])
+    usable += extras
     rejected: dict[str, str] = {}
     ties: dict[str, str] = {}  # a dim the task only accepts shrunk together with another: leader -> follower
     why = ""
@@ -307,9 +316,14 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
     # What is priced, size by size, for the verdict to hold against the program it checked (evaluate._with_estimate).
     prints_at = {_key(cur): fingerprint(closed_full)} if is_kernel else {}
     while not small_enough(cur):
+        denser = _denser_step(task, fn, base_size, chip, cur, usable, extras, rejected, ties) if extras else None
+        if denser:
+            cur = denser  # an XLA program: no blocks to compare, no tiles to count
+            chain.append(dict(cur))
+            continue
         moved = False
         for d in sorted(usable, key=lambda n: -cur[n]):
-            if d in rejected or d in ties.values():
+            if d in rejected or d in ties.values() or d in extras:
                 continue
             for factor in _FACTORS:  # halve where possible; a dim like 28672 = 2^12 * 7 also loses its 7
                 if cur[d] % factor or cur[d] < factor:
@@ -344,7 +358,12 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
             if moved:
                 break
         if not moved:
-            break
+            denser = _denser_step(task, fn, base_size, chip, cur, usable, extras, rejected, ties, fallback=True) \
+                if extras else None
+            if not denser:
+                break
+            cur = denser
+            chain.append(dict(cur))
 
     def work(dims):
         x = ratio(dims)
@@ -359,6 +378,72 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
             "fingerprints": _distinct([prints_at[_key(full_dims)]] + [prints_at[_key(p)] for p in ladder
                                                                      if _key(p) in prints_at]) if is_kernel else [],
             "full_jaxpr": closed_full}
+
+
+def _denser_step(task, fn, base_size: str, chip, cur: dict, usable: list[str], extras: list[str], rejected: dict,
+                 ties: dict, fallback: bool = False) -> dict | None:
+    """The next size of an XLA program shrunk by a dim the task does not name (`extras`), or None.
+
+    An extra dim qualifies where it is one the outputs are indexed by and the work per output is unchanged: shrinking
+    it by a factor cuts the task's FLOPs and the program's output bytes by that factor (a batch, a feature or a pixel
+    dim; never a contraction, whose outputs stay while the work per output falls). Among the first workable factor of
+    every usable dim, the densest trial (FLOPs over input and output bytes) is taken where it is such an extra dim and
+    denser than every named dim's trial by more than 1 %, or (`fallback`) the named dims could not shrink at all,
+    alone or tied to another."""
+    try:
+        base = _flops_at(task, cur)
+        closed_now = _signature(fn, _structs_at(task, cur, base_size), chip)[1]
+        out_now, contracted = sum(_nbytes(a) for a in closed_now.out_avals), _contracted(closed_now)
+    except Exception:  # noqa: BLE001  (no FLOP count at a shrunk size: no extra dim is judged)
+        return None
+    if not base:
+        return None
+    best: dict[bool, tuple[float, dict]] = {}
+    for d in usable:
+        if d in rejected or d in ties or d in ties.values():
+            continue
+        for factor in _FACTORS:
+            if cur[d] % factor or cur[d] < factor or (d in extras and cur[d] // factor < _MIN_EXTRA):
+                continue
+            trial = {**cur, d: cur[d] // factor}
+            try:
+                flops = _flops_at(task, trial)
+                structs = _structs_at(task, trial, base_size)
+                _, closed = _signature(fn, structs, chip)
+            except Exception:  # noqa: BLE001  (the task or program refuses this shape: another factor, or none)
+                continue
+            out = sum(_nbytes(a) for a in closed.out_avals)
+            if d in extras and not (math.isclose(flops * factor, base, rel_tol=0.02)
+                                    and math.isclose(out * factor, out_now, rel_tol=0.02)
+                                    and _contracted(closed) == contracted):
+                break  # not a dim the outputs are indexed by, with the same work per output: x would not measure it
+            moved = sum(_nbytes(a) for a in structs) + out
+            density = flops / moved if moved else 0.0
+            if density > best.get(d in extras, (-1.0, None))[0]:
+                best[d in extras] = (density, trial)
+            break
+    if True not in best or (False in best and best[True][0] <= 1.01 * best[False][0]) or (
+            False not in best and not fallback):
+        return None
+    return best[True][1]
+
+
+def _contracted(closed) -> list[tuple]:
+    """The sizes every matmul and convolution of the program contracts, in program order: a dim that changes them is
+    contracted somewhere (an MLP's emb_dim is by its first matmul, though it indexes the output of its last)."""
+    found = []
+    for eqn in _walk(closed.jaxpr):
+        name = eqn.primitive.name
+        if name == "dot_general":
+            (lhs_contract, _), _ = eqn.params["dimension_numbers"]
+            found.append(tuple(eqn.invars[0].aval.shape[i] for i in lhs_contract))
+        elif name == "conv_general_dilated":
+            found.append((eqn.invars[0].aval.shape[eqn.params["dimension_numbers"].lhs_spec[1]],))
+    return found
+
+
+def _nbytes(aval) -> int:
+    return int(math.prod(aval.shape)) * aval.dtype.itemsize
 
 
 def _distinct(items: list[dict]) -> list[dict]:
