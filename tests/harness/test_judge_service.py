@@ -81,7 +81,25 @@ def test_a_check_size_leaves_the_task_as_shipped(tmp_path):
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_one_judge_serves_verdicts_back_to_back(ev, tmp_path):
+def test_one_judge_serves_verdicts_back_to_back(ev, tmp_path, monkeypatch):
+    import json
+
+    from maxkernel.settings import get_settings
+
+    log = tmp_path / "jobs.jsonl"  # MAXKERNEL_JOB_LOG: the judge's jobs are logged beside the candidates'
+    monkeypatch.setenv("MAXKERNEL_JOB_LOG", str(log))
+    get_settings.cache_clear()
+    try:
+        _back_to_back(ev, tmp_path)
+    finally:
+        monkeypatch.delenv("MAXKERNEL_JOB_LOG")
+        get_settings.cache_clear()
+    judged = [ln for ln in map(json.loads, log.read_text().splitlines()) if ln["kind"] == "reference"]
+    assert [(ln["task"], ln["status"]) for ln in judged] == [(TASK, "ok")] * 3
+    assert judged[2]["worker_age_s"] > judged[0]["worker_age_s"] >= judged[0]["wall_s"] > 0  # one judge, ageing
+
+
+def _back_to_back(ev, tmp_path):
     wrong = tmp_path / "wrong.py"
     wrong.write_text(KERNEL.read_text().replace("normed * scale_ref[...]", "normed * (scale_ref[...] + 0.25)"))
     assert wrong.read_text() != KERNEL.read_text()
