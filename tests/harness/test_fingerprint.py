@@ -25,8 +25,9 @@ pytestmark = pytest.mark.unit
 
 REPLAY = Path(__file__).parents[2] / "maxkernel" / "agents" / "replay" / "kernels"
 V3 = Path(__file__).parent / "kernels" / "verdict_v3"
-HONEST = [(t, jaxbench.task_dir(t) / "kernel.py") for t in
-          ("8p_GEMM", "12p_RMSNorm", "1p_Flash_Attention", "41k_Gemm_Add_ReLU", "50k_Matmul_GELU_Softmax")]
+# Every shipped kernel: 18k, 22k, 34k and 39k padded their rows to the lane width only where they were narrower, so
+# the XLA operations around the kernel differed between the check size and full size and no estimate stood.
+HONEST = [(p.parent.name, p) for p in sorted(Path(jaxbench.__file__).parent.glob("*/kernel.py"))]
 HONEST += [(p.name.split("_v")[0], p) for p in sorted(REPLAY.glob("[0-9]*.py"))]
 
 
