@@ -33,11 +33,11 @@ SUBLANES, LANES = 8, 128
 # -> 3.35 ms; with the variance's sum taken from the bf16 high part alone, v6e 0.93 and v5e 3.26.
 PIECE = 256
 
-# The epilogue walks the output tile in (EPILOGUE_ROWS, LANES) pieces. On each piece the per-group sums are one MXU
-# product with a [128, 128] block-diagonal matrix of ones (one block per group), which sums each group's lanes and
+# The epilogue walks the output tile in (EPILOGUE_ROWS, piece) pieces. On each piece the per-group sums are one MXU
+# product with a [piece, piece] block-diagonal matrix of ones (one block per group), which sums each group's lanes and
 # broadcasts the sum back to them in one step; the f32 operand is split into bf16 high and low parts (two exact-ones
-# products accumulated in f32), so the statistics keep about 16 mantissa bits. The piece is tall so that each load of
-# the ones matrix into the MXU serves many rows.
+# products accumulated in f32), so the group means keep about 16 mantissa bits (the variance, a sum of squares, 8). The
+# piece is tall so that each load of the ones matrix into the MXU serves many rows.
 EPILOGUE_ROWS = 128
 EPILOGUE_UNROLL = 2
 
