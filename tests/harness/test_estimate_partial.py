@@ -70,3 +70,22 @@ def test_with_fewer_than_two_sizes_the_failure_stands(recorded, monkeypatch):
     _replay(monkeypatch, calls, 1, "crashed")
     part = est._profile(task, None, chip, "full", None, None, [])
     assert not part.ok and part.stage == "memory" and "memory guard" in part.error
+
+
+def test_sizes_that_disagree_on_the_cost_of_the_work_are_not_fitted(recorded, monkeypatch):
+    """29k's XLA baseline on v6e took 4.3 times the cycles for twice the work between its two smaller sizes, and the
+    line through them read 2.16 ms against a 0.3 ms floor. The same replay with the second size's cycles made 4.3
+    times the first's per unit of work: the memory guard's failure stands, saying why the two were not fitted."""
+    task, chip, _, calls = recorded
+    plan, profile = calls
+    points = [ln for ln in profile["lines"] if "point" in ln]
+    first, second = points[0]["point"], points[1]["point"]
+    per_first = sum(first["ops"].values()) / first["x"]
+    scale = 4.3 * per_first * second["x"] / sum(second["ops"].values())
+    doctored = {**points[1], "point": {**second, "ops": {k: int(v * scale) for k, v in second["ops"].items()}}}
+    cut = {**profile, "status": "crashed", "result": {}, "stderr": _OOM, "lines": [points[0], doctored]}
+    replies = iter([plan, cut])
+    monkeypatch.setattr(est, "_run", lambda *a, **k: next(replies))
+    part = est._profile(task, None, chip, "full", None, None, [])
+    assert not part.ok and part.stage == "memory"
+    assert "not fitted" in part.error and "differ 4.3 times" in part.error

@@ -369,6 +369,7 @@ def estimate_program(task, kernel: str | None, chip, size: str = "full", tunable
 # A profile that ran out of memory or time at a larger size is fitted on the smaller sizes profiled before it.
 _PARTIAL_STAGES = ("memory", "timeout")
 PARTIAL_FIT = "fitted on the"
+PARTIAL_AGREE = 2.0  # a partial fit's sizes must agree on cycles per unit of work within this factor
 
 
 def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> ProgramEstimate:
@@ -408,6 +409,10 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
     done = [ln for ln in profiled["lines"] if "point" in ln]
     if failed and not (failed.stage in _PARTIAL_STAGES and len(done) >= 2):
         return failed
+    disagree = _disagree([ln["point"] for ln in done]) if failed else None
+    if disagree:
+        failed.error = f"{failed.error}; the {len(done)} smaller sizes were not fitted: {disagree}"
+        return failed
     try:
         out = _fit(base, head + done, task, chip, size, full_bytes)
     except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as exc:
@@ -419,6 +424,18 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
         out.limits.append(f"{PARTIAL_FIT} {len(done)} of {len(points)} planned sizes: {failed.error}")
         out.partial_stage = failed.stage
     return out
+
+
+def _disagree(points: list[dict]) -> str | None:
+    """Why the sizes a partial fit would stand on cannot price the full size, or None: their cycles per unit of work
+    differ more than PARTIAL_AGREE times (29k's XLA baseline on v6e: 4.3 times the cycles for twice the work, so a
+    line through the two read 2.16 ms where the program's floor is 0.3). Beyond the sizes profiled, nothing says
+    which of the two programs XLA runs at full size."""
+    per = [sum(int(c) for c in p["ops"].values()) / float(p["x"]) for p in points if float(p.get("x") or 0) > 0]
+    if len(per) < 2 or min(per) <= 0 or max(per) <= PARTIAL_AGREE * min(per):
+        return None
+    return (f"their cycles per unit of work differ {max(per) / min(per):.1f} times (XLA ran another program at the "
+            "larger size), so a line through them does not price the full size")
 
 
 MAX_LOWERED_BYTES = 64 << 20  # one size's lowering (StableHLO text, Mosaic kernels serialized inside)
