@@ -5,7 +5,7 @@ under the cache folder and named by what it holds (so a repeated estimate is a c
 validation: nothing is run, only traced and priced. Its FLOPs are the larger of XLA's cost analysis of the CPU
 program (which counts a loop body once) and the traced program's count (scan bodies times their lengths), or the
 user's --flops; the estimator shrinks it along the independent dims the user names with --parallel, or the one dim
-that leads every argument.
+that leads every argument, and (as any XLA program) along large dims the outputs are indexed by (estimate_job).
 """
 
 from __future__ import annotations
@@ -105,12 +105,13 @@ def program_task(function: str, args: list[str], root: Path, *, gens: list[str] 
         dims = list(parallel)
     else:
         dims = infer_parallel(arg_specs)
-        if not dims:
-            raise S.SpecError("no dim leads every argument, so none can be taken as independent: name the dims whose "
-                              "slices the program computes independently with --parallel DIM (e.g. --parallel B "
-                              "for bf16[B=8,4096])")
-        notes.append(f"shrunk along {dims[0]} (the dim leading every argument, taken as independent; name others "
-                     "with --parallel)")
+        if dims:
+            notes.append(f"shrunk along {dims[0]} (the dim leading every argument, taken as independent; name "
+                         "others with --parallel)")
+        else:
+            notes.append("no dim leads every argument: shrunk only along dims of 2048 or more that index the outputs "
+                         "with the same work per output and that no matmul contracts (name the independent dims with "
+                         "--parallel DIM)")
     fn, source, copy = resolve_function(function)
     names = _positional_names(fn, len(arg_specs), statics)
     rows = [(n, s.dtype, s.dims, s.gen) for n, s in zip(names, arg_specs)]

@@ -90,7 +90,6 @@ def chunked(x, w):
 
 @pytest.mark.unit
 @pytest.mark.parametrize("args, says", [
-    (["--program", "p.py:chunked", "--arg", "bf16[T=4096,D=1024]", "--arg", "bf16[D,1024]"], "--parallel DIM"),
     (["--program", "p.py:chunked", "--arg", "bf16[T=4096,D=1024]", "--arg", "bf16[D,1024]", "--parallel", "B"],
      "not a dim"),
     (["--program", "p.py:chunked", "--task", "12p_RMSNorm"], "without --task"),

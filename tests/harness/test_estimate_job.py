@@ -215,3 +215,54 @@ def test_the_groupnorm_kernels_shrink_out_features_with_num_groups(task_name):
     assert p["reached_budget"], p["rejected"]
     assert p["tied"] == {"out_features": "num_groups"} and "in_features" in p["rejected"]
     assert all(pt["dims"]["out_features"] == task.module.GROUP_SIZE * pt["dims"]["num_groups"] for pt in p["points"])
+
+
+_GEMM_PROGRAM = '''import jax
+import jax.numpy as jnp
+
+
+def gemm(x, w, b):
+    return jax.nn.relu(jnp.dot(x, w, preferred_element_type=jnp.float32) + b).astype(x.dtype)
+
+
+def matmul(x, w):
+    return jnp.dot(x, w, preferred_element_type=jnp.float32).astype(x.dtype)
+'''
+
+
+def _program(tmp_path, fn: str, args: list[str], parallel: list[str] | None = None):
+    from maxkernel.tasknew.program import program_task
+
+    (tmp_path / "p.py").write_text(_GEMM_PROGRAM)
+    return program_task(f"{tmp_path / 'p.py'}:{fn}", args, tmp_path / "programs", parallel=parallel)
+
+
+def test_a_program_priced_without_a_task_is_shrunk_in_its_full_size_regime(tmp_path):
+    """`estimate --program` declares FLOPs at full size only (XLA's count): the plan takes them at a shrunk size from
+    the traced program's own count, so an output dim the user did not name (N) shrinks with M as a task's does, and
+    the GEMM stays compute-bound at the profiled sizes instead of streaming the whole weight at each."""
+    from maxkernel.harness.estimate.estimator import _dims_order, _io_bytes
+
+    task, _ = _program(tmp_path, "gemm", ["bf16[M=4096,K=8192]", "bf16[K,N=8192]", "f32[N]"], ["M"])
+    budget = {**BUDGET, "full_bytes": _io_bytes(task, "full")}
+    p = ej.plan(task, task.module.workload, "full", V5E, False, budget, _dims_order(task, False))
+    assert p["reached_budget"] and set(p["shrunk_dims"]) == {"M", "N"}
+    for pt in p["points"]:
+        assert pt["dims"]["K"] == 8192 and pt["dims"]["N"] >= 1024
+        assert math.isclose(pt["x"], pt["dims"]["M"] * pt["dims"]["N"] / (4096 * 8192))
+    prog = ej._Traced(task, task.module.workload, "full", V5E, p["full_dims"])
+    half = {**p["full_dims"], "N": 4096}
+    assert math.isclose(prog.flops(half) * 2, task.flops("full"), rel_tol=1e-3)  # the count follows the size
+
+
+def test_a_program_with_no_dim_leading_every_argument_is_shrunk_by_its_output_dims(tmp_path):
+    """x[16384, 2048] @ w[2048, 2048]: no dim leads both, so none is taken as independent. It used to be refused; the
+    plan now shrinks the dim that indexes the outputs (D16384) and names why the other stays whole."""
+    from maxkernel.harness.estimate.estimator import _dims_order, _io_bytes
+
+    task, notes = _program(tmp_path, "matmul", ["bf16[16384,2048]", "bf16[2048,2048]"])
+    assert any("no dim leads every argument" in n for n in notes)
+    budget = {**BUDGET, "full_bytes": _io_bytes(task, "full")}
+    p = ej.plan(task, task.module.workload, "full", V5E, False, budget, _dims_order(task, False))
+    assert p["reached_budget"] and p["shrunk_dims"] == ["D16384"]
+    assert "contracts it" in p["rejected"]["D2048"]

@@ -219,6 +219,44 @@ def _flops_at(task, dims: dict) -> float:
         sizes.pop(SIZE_NAME, None)
 
 
+class _Traced:
+    """The program under plan, at any size of the task: its trace and its FLOP count, each made once per size.
+
+    FLOPs are the task's own count at that size; where it declares them at full size only (a program priced with
+    `estimate --program`, whose count is XLA's), its full count scaled by the traced program's own count (the
+    verdict's census) at that size over the same at full size."""
+
+    def __init__(self, task, fn, base_size: str, chip, full_dims: dict):
+        self.task, self.fn, self.base_size, self.chip, self.full_dims = task, fn, base_size, chip, full_dims
+        self._sig: dict[str, tuple] = {}
+        self._structs: dict[str, object] = {}
+
+    def structs(self, dims: dict | None):
+        k = _key(dims) if dims is not None and dims != self.full_dims else ""
+        if k not in self._structs:
+            self._structs[k] = _structs_at(self.task, dims if k else None, self.base_size)
+        return self._structs[k]
+
+    def sig(self, dims: dict | None) -> tuple:
+        """(pallas facts, traced jaxpr) at `dims` (None: the base size); raises what the task or program raises."""
+        k = _key(dims) if dims is not None and dims != self.full_dims else ""
+        if k not in self._sig:
+            self._sig[k] = _signature(self.fn, self.structs(dims), self.chip)
+        return self._sig[k]
+
+    def flops(self, dims: dict) -> float:
+        declared = _flops_at(self.task, dims)
+        if declared or dims == self.full_dims:
+            return declared or float(self.task.flops(self.base_size) or 0.0)
+        full = float(self.task.flops(self.base_size) or 0.0)
+        if not full:
+            return 0.0
+        from maxkernel.harness.verdict.integrity import census
+
+        at_full = census(self.sig(None)[1]).total_flops
+        return full * census(self.sig(dims)[1]).total_flops / at_full if at_full else 0.0
+
+
 def _signature(fn, structs, chip):
     """(pallas facts, traced jaxpr) of `fn` at `structs` in the chip's trace context."""
     import jax
@@ -260,7 +298,8 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
     from maxkernel.harness.verdict.integrity import fingerprint, pallas_kernels
 
     full_dims = task_dims(task, base_size)
-    facts_full, closed_full = _signature(fn, _structs_at(task, None, base_size), chip)
+    prog = _Traced(task, fn, base_size, chip, full_dims)
+    facts_full, closed_full = prog.sig(None)
     if is_kernel and not pallas_kernels(closed_full):  # the verdict's rule: plain jnp is not priced as a kernel
         raise NotAKernel(NO_PALLAS)
     work_flops = float(task.flops(base_size) or 0.0)
@@ -288,14 +327,14 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
         the factor and not its square: the two are one dimension of work. None when there is none."""
         if not work_flops:
             return None
-        base = _flops_at(task, cur)
+        base = prog.flops(cur)
         for e in usable:
             if e == d or e in ties or e in ties.values() or cur[e] % factor or cur[e] < factor:
                 continue
             trial = {**cur, d: cur[d] // factor, e: cur[e] // factor}
             try:
-                got = _signature(fn, _structs_at(task, trial, base_size), chip)
-                scaled = base and math.isclose(_flops_at(task, trial) * factor, base, rel_tol=0.02)
+                got = prog.sig(trial)
+                scaled = base and math.isclose(prog.flops(trial) * factor, base, rel_tol=0.02)
             except Exception:  # noqa: BLE001  (the task refuses this pair too)
                 continue
             if scaled and (not is_kernel or _same_kernel(facts_at[_key(cur)], got[0])):
@@ -316,7 +355,7 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
     # What is priced, size by size, for the verdict to hold against the program it checked (evaluate._with_estimate).
     prints_at = {_key(cur): fingerprint(closed_full)} if is_kernel else {}
     while not small_enough(cur):
-        denser = _denser_step(task, fn, base_size, chip, cur, usable, extras, rejected, ties) if extras else None
+        denser = _denser_step(prog, cur, usable, extras, rejected, ties) if extras else None
         if denser:
             cur = denser  # an XLA program: no blocks to compare, no tiles to count
             chain.append(dict(cur))
@@ -335,7 +374,7 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
                         continue
                     trial[e] = cur[e] // factor
                 try:
-                    facts, closed = _signature(fn, _structs_at(task, trial, base_size), chip)
+                    facts, closed = prog.sig(trial)
                 except Exception as exc:  # noqa: BLE001  (the program refuses the shape: a partner, or another factor)
                     why = f"{type(exc).__name__}: {str(exc)[:160]}"
                     paired = None if d in ties else tie(d, factor)
@@ -358,7 +397,7 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
             if moved:
                 break
         if not moved:
-            denser = _denser_step(task, fn, base_size, chip, cur, usable, extras, rejected, ties, fallback=True) \
+            denser = _denser_step(prog, cur, usable, extras, rejected, ties, fallback=True) \
                 if extras else None
             if not denser:
                 break
@@ -380,8 +419,8 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
             "full_jaxpr": closed_full}
 
 
-def _denser_step(task, fn, base_size: str, chip, cur: dict, usable: list[str], extras: list[str], rejected: dict,
-                 ties: dict, fallback: bool = False) -> dict | None:
+def _denser_step(prog: _Traced, cur: dict, usable: list[str], extras: list[str], rejected: dict, ties: dict,
+                 fallback: bool = False) -> dict | None:
     """The next size of an XLA program shrunk by a dim the task does not name (`extras`), or None.
 
     An extra dim qualifies where it is one the outputs are indexed by and the work per output is unchanged: shrinking
@@ -391,8 +430,8 @@ def _denser_step(task, fn, base_size: str, chip, cur: dict, usable: list[str], e
     denser than every named dim's trial by more than 1 %, or (`fallback`) the named dims could not shrink at all,
     alone or tied to another."""
     try:
-        base = _flops_at(task, cur)
-        closed_now = _signature(fn, _structs_at(task, cur, base_size), chip)[1]
+        base = prog.flops(cur)
+        closed_now = prog.sig(cur)[1]
         out_now, contracted = sum(_nbytes(a) for a in closed_now.out_avals), _contracted(closed_now)
     except Exception:  # noqa: BLE001  (no FLOP count at a shrunk size: no extra dim is judged)
         return None
@@ -407,16 +446,20 @@ def _denser_step(task, fn, base_size: str, chip, cur: dict, usable: list[str], e
                 continue
             trial = {**cur, d: cur[d] // factor}
             try:
-                flops = _flops_at(task, trial)
-                structs = _structs_at(task, trial, base_size)
-                _, closed = _signature(fn, structs, chip)
+                flops = prog.flops(trial)
+                structs = prog.structs(trial)
+                _, closed = prog.sig(trial)
             except Exception:  # noqa: BLE001  (the task or program refuses this shape: another factor, or none)
                 continue
             out = sum(_nbytes(a) for a in closed.out_avals)
-            if d in extras and not (math.isclose(flops * factor, base, rel_tol=0.02)
-                                    and math.isclose(out * factor, out_now, rel_tol=0.02)
-                                    and _contracted(closed) == contracted):
-                break  # not a dim the outputs are indexed by, with the same work per output: x would not measure it
+            if d in extras:  # not a dim the outputs are indexed by, with the same work per output: x would not measure it
+                why = ("a matmul or convolution contracts it" if _contracted(closed) != contracted else
+                       "the outputs are not indexed by it" if not math.isclose(out * factor, out_now, rel_tol=0.02)
+                       else f"the FLOPs fall {base / flops:.3g} times when it falls {factor} times, not alike"
+                       if not math.isclose(flops * factor, base, rel_tol=0.02) else "")
+                if why:
+                    rejected[d] = f"not the task's parallel dim, and {why}"
+                    break
             moved = sum(_nbytes(a) for a in structs) + out
             density = flops / moved if moved else 0.0
             if density > best.get(d in extras, (-1.0, None))[0]:
