@@ -266,3 +266,17 @@ def test_a_program_with_no_dim_leading_every_argument_is_shrunk_by_its_output_di
     p = ej.plan(task, task.module.workload, "full", V5E, False, budget, _dims_order(task, False))
     assert p["reached_budget"] and p["shrunk_dims"] == ["D16384"]
     assert "contracts it" in p["rejected"]["D2048"]
+
+
+def test_sizes_of_a_loop_are_compared_on_their_cycles_times_trips():
+    """A partial fit's sizes must agree on the cycles per unit of work. A loop body is priced once by the profile and
+    runs once per trip: a chunked program profiled at a quarter and at the whole work (4 and 16 trips of the same
+    body) costs the same per unit of work, and is not refused as two programs; without the trips it read 4 times."""
+    from maxkernel.harness.estimate.estimator import _disagree, point_cycles
+
+    quarter = {"x": 0.25, "ops": {"body": 100, "copy": 0}, "trips": {"body": 4}}
+    whole = {"x": 1.0, "ops": {"body": 100, "copy": 0}, "trips": {"body": 16}}
+    assert point_cycles(quarter) == 400 and point_cycles(whole) == 1600
+    assert _disagree([quarter, whole]) is None
+    another = {"x": 1.0, "ops": {"body": 100}, "trips": {"body": 64}}  # 4 times the cycles per unit: still refused
+    assert "differ 4.0 times" in _disagree([quarter, another])

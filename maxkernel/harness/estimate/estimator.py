@@ -426,12 +426,18 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
     return out
 
 
+def point_cycles(point: dict) -> int:
+    """A profiled size's cycles: each op's, times the trips of the while loops it sits in (the profile prices one)."""
+    trips = point.get("trips") or {}
+    return sum(int(c) * max(int(trips.get(n, 1)), 1) for n, c in point["ops"].items())
+
+
 def _disagree(points: list[dict]) -> str | None:
     """Why the sizes a partial fit would stand on cannot price the full size, or None: their cycles per unit of work
     differ more than PARTIAL_AGREE times (29k's XLA baseline on v6e: 4.3 times the cycles for twice the work, so a
     line through the two read 2.16 ms where the program's floor is 0.3). Beyond the sizes profiled, nothing says
     which of the two programs XLA runs at full size."""
-    per = [sum(int(c) for c in p["ops"].values()) / float(p["x"]) for p in points if float(p.get("x") or 0) > 0]
+    per = [point_cycles(p) / float(p["x"]) for p in points if float(p.get("x") or 0) > 0]
     if len(per) < 2 or min(per) <= 0 or max(per) <= PARTIAL_AGREE * min(per):
         return None
     return (f"their cycles per unit of work differ {max(per) / min(per):.1f} times (XLA ran another program at the "
@@ -564,7 +570,7 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
     unknown_loops: list[str] = []
     for p in points:
         trips = p.get("trips") or {}  # ops inside while loops run once per trip; the profile prices one
-        raw = sum(int(c) * max(int(trips.get(n, 1)), 1) for n, c in p["ops"].items())
+        raw = point_cycles(p)
         once = sum(int(c) for c in p["ops"].values())
         fill_bytes = sum(int(b) * max(int(trips.get(n, 1)), 1) for n, b in p["zero_cycle_bytes"].items())
         fill = fill_bytes / bw * clock

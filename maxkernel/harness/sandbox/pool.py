@@ -28,7 +28,7 @@ from maxkernel.harness.sandbox.copyout import CopyOutError, read_json
 from maxkernel.harness.sandbox.seccomp import filter_fd
 from maxkernel.settings import get_settings
 
-__all__ = ["SandboxResult", "Worker", "WorkerPool", "copy_files", "isolation_mode", "read_result", "run_job"]
+__all__ = ["SandboxResult", "Worker", "WorkerPool", "copy_files", "isolation_mode", "log_job", "read_result", "run_job"]
 
 # The environment a job gets, by exact name: what the interpreter, JAX and the devices need. Anything else
 # reaches a job only when the user names it in MAXKERNEL_SANDBOX_ENV (listed in every verdict).
@@ -367,7 +367,7 @@ class Worker:
                 scope.check()
             scope.event(f"sandboxed job {job.get('kind', '?')} finished in {wall:.1f} s")
         status, result = read_result(self.scratch, "job") if status == "ok" else (status, None)
-        _log_job(job, wall, status, time.monotonic() - self.started)
+        log_job(job, wall, status, time.monotonic() - self.started)
         limits = ["pids"] if _pids_hit(self.cgroup) else []
         if self.scratch_mb is not None and _scratch_full(self.scratch):
             limits.append("scratch")
@@ -408,7 +408,7 @@ class Worker:
         self.log.unlink(missing_ok=True)
 
 
-def _log_job(job: dict, wall: float, status: str, age: float) -> None:
+def log_job(job: dict, wall: float, status: str, age: float) -> None:
     """One line in the settings' job log (MAXKERNEL_JOB_LOG), if set: a log that cannot be written is skipped."""
     path = get_settings().job_log
     if path is None:

@@ -17,7 +17,7 @@ import weakref
 from pathlib import Path
 
 from maxkernel.harness.sandbox import cancel
-from maxkernel.harness.sandbox.pool import SandboxResult, Worker, WorkerPool, _log_job, copy_files, read_result
+from maxkernel.harness.sandbox.pool import SandboxResult, Worker, WorkerPool, log_job, copy_files, read_result
 from maxkernel.settings import get_settings
 
 __all__ = ["JudgeService", "JudgeJob", "MAX_JOBS"]
@@ -195,7 +195,7 @@ class JudgeService:
                 scope.check()
             scope.event(f"judge job {job['kind']} finished in {wall:.1f} s")
         status, result = read_result(scratch, "judge") if status == "ok" else (status, None)
-        _log_job(job, wall, status, time.monotonic() - judge.worker.started)  # MAXKERNEL_JOB_LOG, as a pool's jobs
+        log_job(job, wall, status, time.monotonic() - judge.worker.started)  # MAXKERNEL_JOB_LOG, as a pool's jobs
         if status == "ok" and not result.get("judge_retiring"):
             self._give_back(judge)
         else:
