@@ -560,7 +560,8 @@ def run(job: dict, scratch: Path) -> dict:
     if not steps["reached_budget"]:
         return {"status": "error", "stage": "plan",
                 "error": ("cannot shrink the program below the profiling budget: "
-                          + ("; ".join(f"{d}: {why}" for d, why in steps["rejected"].items()) or "no parallel dimension")),
+                          + ("; ".join(f"{d}: {why}" for d, why in steps["rejected"].items()) or _nothing_to_shrink(
+                              steps["full_dims"], is_kernel))),
                 "hint": "name the task's independent dimensions in its baseline.py PARALLEL_DIMS, or raise "
                         "MAXKERNEL_ESTIMATE_MAX_GFLOP / MAXKERNEL_ESTIMATE_MAX_MB"}
     device = compile_job._topology_device(chip)
@@ -579,6 +580,15 @@ def run(job: dict, scratch: Path) -> dict:
                     "hint": hint_for(full, chip), "vmem_bytes": compile_job.vmem_from_error(full)}
         _line(progress, {"lowered": {**point, "file": f"{LOWERED_DIR}/{i}.mlir"}})
     return {"status": "ok", "libtpu": libtpu_version()}
+
+
+def _nothing_to_shrink(full_dims: dict, is_kernel: bool) -> str:
+    """Why no dim was even tried: said with the dims, so the user sees what to name."""
+    dims = ", ".join(f"{d}={n}" for d, n in full_dims.items() if isinstance(n, int) and n > 1) or "none"
+    if is_kernel:
+        return f"no dim of the task removes parallel tiles alone (dims: {dims})"
+    return (f"no parallel dimension: the task names none (PARALLEL_DIMS, or --parallel), and no other dim is "
+            f"{2 * _MIN_EXTRA} or more wide (dims: {dims})")
 
 
 def _line(path: Path, record: dict) -> None:
