@@ -296,3 +296,19 @@ def test_a_program_with_no_dim_to_shrink_says_which_dims_it_has(tmp_path):
     out = ej.run(job, tmp_path)
     assert out["status"] == "error" and out["stage"] == "plan"
     assert "no other dim is 2048 or more wide" in out["error"] and "D1536=1536" in out["error"], out["error"]
+
+
+def test_a_program_whose_work_the_trace_cannot_count_is_refused_with_a_reason(tmp_path):
+    """A data-movement program priced with the user's --flops: the census counts no FLOPs in a transpose, so no
+    smaller size has a count to compare. The plan names that for each output dim; it used to divide by that zero and
+    fail as a lowering error."""
+    from maxkernel.harness.estimate.estimator import _dims_order, _io_bytes
+    from maxkernel.tasknew.program import program_task
+
+    (tmp_path / "t.py").write_text("def flip(x, y):\n    return x.T, y.T\n")
+    task, _ = program_task(f"{tmp_path / 't.py'}:flip", ["bf16[16384,4096]", "bf16[4096,16384]"],
+                           tmp_path / "programs", flops=10**12)
+    budget = {**BUDGET, "full_bytes": _io_bytes(task, "full")}
+    p = ej.plan(task, task.module.workload, "full", V5E, False, budget, _dims_order(task, False))
+    assert not p["reached_budget"]
+    assert "no FLOPs are counted" in p["rejected"]["D16384"], p["rejected"]

@@ -230,6 +230,7 @@ class _Traced:
         self.task, self.fn, self.base_size, self.chip, self.full_dims = task, fn, base_size, chip, full_dims
         self._sig: dict[str, tuple] = {}
         self._structs: dict[str, object] = {}
+        self._counted: dict[str, float] = {}  # the census's FLOPs at a size
 
     def structs(self, dims: dict | None):
         k = _key(dims) if dims is not None and dims != self.full_dims else ""
@@ -251,10 +252,16 @@ class _Traced:
         full = float(self.task.flops(self.base_size) or 0.0)
         if not full:
             return 0.0
-        from maxkernel.harness.verdict.integrity import census
+        at_full = self._census(None)
+        return full * self._census(dims) / at_full if at_full else 0.0
 
-        at_full = census(self.sig(None)[1]).total_flops
-        return full * census(self.sig(dims)[1]).total_flops / at_full if at_full else 0.0
+    def _census(self, dims: dict | None) -> float:
+        k = _key(dims) if dims is not None and dims != self.full_dims else ""
+        if k not in self._counted:
+            from maxkernel.harness.verdict.integrity import census
+
+            self._counted[k] = census(self.sig(dims)[1]).total_flops
+        return self._counted[k]
 
 
 def _signature(fn, structs, chip):
@@ -455,8 +462,9 @@ def _denser_step(prog: _Traced, cur: dict, usable: list[str], extras: list[str],
             if d in extras:  # not a dim the outputs are indexed by, with the same work per output: x would not measure it
                 why = ("a matmul or convolution contracts it" if _contracted(closed) != contracted else
                        "the outputs are not indexed by it" if not math.isclose(out * factor, out_now, rel_tol=0.02)
-                       else f"the FLOPs fall {base / flops:.3g} times when it falls {factor} times, not alike"
-                       if not math.isclose(flops * factor, base, rel_tol=0.02) else "")
+                       else "no FLOPs are counted at the smaller size, so the work cannot be seen to follow it"
+                       if not flops else f"the FLOPs fall {base / flops:.3g} times when it falls {factor} times, not "
+                       "alike" if not math.isclose(flops * factor, base, rel_tol=0.02) else "")
                 if why:
                     rejected[d] = f"not the task's parallel dim, and {why}"
                     break
