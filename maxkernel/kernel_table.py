@@ -12,9 +12,11 @@ from typing import Callable
 
 from maxkernel.harness.verdict.configs import geomean  # the verdict's own: None when any value is missing
 
-__all__ = ["TableError", "run_table", "render_table", "summarize_table", "table_tasks", "RECORDS", "DOC"]
+__all__ = ["TableError", "run_table", "render_table", "summarize_table", "table_tasks", "expert_file", "expert_line", "RECORDS", "DOC",
+           "EXPERT"]
 
 RECORDS = "records"  # one <task>.json per finished task under --out
+EXPERT = "expert.py"  # beside baseline.py: a task's expert baseline, calling an installed library kernel
 DOC = "kernels.json"  # the whole table, rewritten after every task
 LABEL = "estimated TPU time at full size (libtpu static profile + roofline floor), not measured"
 COMPILE_TIMEOUT_S = 600.0
@@ -53,7 +55,16 @@ def _key(task, kernel: Path, chips: list[str]) -> str:
 
     parts = [hashlib.sha256(kernel.read_bytes()).hexdigest(), task.digest, _method_digest(), libtpu_version(),
              sorted(chips)]
+    expert = expert_file(task)
+    if expert:  # an expert added or changed redoes the row (a task without one keeps its old key)
+        parts.append(hashlib.sha256(expert.read_bytes()).hexdigest())
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
+
+
+def expert_file(task) -> Path | None:
+    """The task's expert baseline (`expert.py`), or None when it has none."""
+    path = task.path / EXPERT
+    return path if path.is_file() else None
 
 
 def judged_files(task, kernel: Path) -> dict:
@@ -113,6 +124,43 @@ def _chip_cell(task, kernel: Path, verdict, chip: str, sizes: list[str], compile
     return cell
 
 
+def _expert_cell(task, expert: Path, verdict, chip: str, sizes: list[str], compiled: dict, cell: dict) -> dict:
+    """The expert baseline's estimate on one chip, priced as the kernel was (the same estimator, its fingerprints tied
+    to the expert's verdict), and the kernel's estimated speedup over it: the geomean over configs of expert time
+    over kernel time, None unless every config of both was estimated."""
+    from maxkernel.harness.estimate.estimator import estimate
+    from maxkernel.harness.verdict.integrity import priced_differs
+
+    out: dict = {"configs": {}, "compiled": all(compiled[(chip, s)].ok for s in sizes)}
+    if not out["compiled"]:
+        bad = next(compiled[(chip, s)] for s in sizes if not compiled[(chip, s)].ok)
+        out.update(error=f"the expert does not compile for {chip}: {bad.summary}", ms=None, speedup_vs_expert=None,
+                   retry=bad.stage == "sandbox")
+        return out
+    for size in sizes:
+        est = estimate(_spec(task), str(expert), chip=chip, size=size)
+        why = priced_differs(verdict.integrity.get("fingerprints") or {},
+                             (est.fit or {}).get("fingerprints") or []) if est.ok else None
+        error = None if est.ok else (est.error or est.summary)
+        if why:
+            error = f"the expert program priced is not the one checked ({why})"
+        mine = cell["configs"].get(size) or {}
+        ratio = est.estimated_ms / mine["kernel_ms"] if not error and mine.get("ok") and mine.get("kernel_ms") else None
+        out["configs"][size] = {"ok": error is None, "ms": est.estimated_ms if error is None else None,
+                                "bound": est.bound, "fraction_of_roofline": est.fraction_of_roofline,
+                                "limits": est.limits, "could_not_estimate": error, "stage": est.stage,
+                                "speedup_vs_expert": ratio}
+    rows = list(out["configs"].values())
+    out["speedup_vs_expert"] = geomean([r["speedup_vs_expert"] for r in rows]) if all(
+        r["speedup_vs_expert"] for r in rows) else None
+    out["ms"] = rows[0]["ms"] if len(rows) == 1 else None
+    reasons = [r["could_not_estimate"] for r in rows if r["could_not_estimate"]]
+    if reasons:
+        out["error"] = reasons[0]
+    out["retry"] = any(r["stage"] in TRANSIENT or _ran_out(r["could_not_estimate"]) for r in rows)
+    return out
+
+
 def _ran_out(error: str | None) -> bool:
     """Whether an estimate's failure was its process running out of time (the XLA baseline's profile included),
     which says nothing of the program."""
@@ -134,6 +182,13 @@ def _row(task, chips: list[str], key: str, progress: Callable[[str], None]) -> d
                max_rel_err=v.correctness.max_rel_err, tolerance=v.correctness.tolerance,
                pallas_share=v.integrity.get("pallas_share"), uses_library_kernel=v.uses_library_kernel or "",
                seeds=v.correctness.seeds, chips={})
+    expert, ev = expert_file(task), None
+    if expert:
+        progress(f"{task.name}: judging the expert baseline {expert.name} on fresh seeds (smoke size, sandboxed)")
+        ev = evaluate(_spec(task), expert, size="smoke", estimate=False)
+        row["expert"] = {"file": str(expert), "sha256": hashlib.sha256(expert.read_bytes()).hexdigest(),
+                         "status": ev.status, "correct": ev.status == "correct", "reason": ev.reason,
+                         "max_rel_err": ev.correctness.max_rel_err, "library": ev.uses_library_kernel or ""}
     if not row["correct"]:
         row["note"] = f"not compiled or estimated: the harness judged it {v.status}"
         if v.status == "timeout" or (v.status == "error" and v.stage in ("census", "sandbox")):
@@ -148,9 +203,22 @@ def _row(task, chips: list[str], key: str, progress: Callable[[str], None]) -> d
         # A table is batch work, often beside other work: a compile gets minutes, not the interactive 90 s.
         for res in compile_many(_spec(task), str(kernel), chips, size=size, timeout=COMPILE_TIMEOUT_S):
             compiled[(res.chip, size)] = res
+    priced = expert if ev is not None and ev.status == "correct" else None  # a wrong expert is shown, not priced
+    expert_compiled = {}
+    if priced:
+        progress(f"{task.name}: compiling the expert baseline at full size for {', '.join(chips)}")
+        for size in sizes:
+            for res in compile_many(_spec(task), str(priced), chips, size=size, timeout=COMPILE_TIMEOUT_S):
+                expert_compiled[(res.chip, size)] = res
     for chip in chips:
         progress(f"{task.name}: estimating the kernel and the XLA baseline on {chip} (profiled compiles)")
-        row["chips"][chip] = _chip_cell(task, kernel, v, chip, sizes, compiled)
+        cell = row["chips"][chip] = _chip_cell(task, kernel, v, chip, sizes, compiled)
+        if priced:
+            progress(f"{task.name}: estimating the expert baseline on {chip}")
+            cell["expert"] = _expert_cell(task, priced, ev, chip, sizes, expert_compiled, cell)
+            cell["expert_ms"] = cell["expert"]["ms"]
+            cell["speedup_vs_expert"] = cell["expert"]["speedup_vs_expert"]
+            cell["retry"] = cell["retry"] or cell["expert"]["retry"]
     row["wall_s"] = round(time.monotonic() - t0, 1)
     return row
 
@@ -179,6 +247,7 @@ def summarize_table(rows: list[dict], chips: list[str]) -> dict:
                                 for r in part if r["correct"] and not speed[r["task"]]}
         out["slower_than_xla"] = sorted(r["task"] for r in part if r["correct"] and speed[r["task"]]
                                         and speed[r["task"]] < 1)
+        out["vs_expert"] = versus_expert(part, chip)
         return out
 
     suites = sorted({r["suite"] for r in rows})
@@ -186,6 +255,36 @@ def summarize_table(rows: list[dict], chips: list[str]) -> dict:
             "by_chip": {c: {"all": figures(rows, c), **({s: figures([r for r in rows if r["suite"] == s], c)
                                                           for s in suites} if len(suites) > 1 else {})}
                         for c in chips}}
+
+
+def versus_expert(rows: list[dict], chip: str) -> dict:
+    """fast_p and the geomean of the kernels' estimated speedup over the expert baseline, over the rows whose task
+    has one (`tasks`); an expert the harness did not judge correct, or one not estimated, gives its row no speedup."""
+    from maxkernel.evals.stats import FAST_P, fast_key
+
+    part = [r for r in rows if r.get("expert")]
+    vs = {r["task"]: ((r.get("chips") or {}).get(chip) or {}).get("speedup_vs_expert") for r in part}
+    out = {"tasks": len(part), "experts_correct": sum(bool(r["expert"].get("correct")) for r in part)}
+    for p in FAST_P:
+        hits = sum(r["correct"] and (p == 0 or (vs[r["task"]] or 0) > p) for r in part)
+        out[fast_key(p)] = hits / len(part) if part else None
+    ranked = [vs[r["task"]] for r in part if r["correct"] and vs[r["task"]]]
+    out["geomean_speedup"] = geomean(ranked)
+    out["estimated"] = len(ranked)
+    out["experts_not_correct"] = {r["task"]: f"{r['expert']['status']}: {r['expert'].get('reason') or ''}"[:300]
+                                  for r in part if not r["expert"].get("correct")}
+    return out
+
+
+def expert_line(chip: str, vs: dict) -> str | None:
+    """One line of fast_p against the expert baselines for a command's output; None when no task has an expert."""
+    from maxkernel.evals.stats import FAST_P, fast_key
+
+    if not vs or not vs.get("tasks"):
+        return None
+    geo = f"{vs['geomean_speedup']:.3g}x over {vs['estimated']}" if vs["geomean_speedup"] else "—"
+    return (f"{chip} vs expert: {vs['tasks']} tasks with an expert ({vs['experts_correct']} judged correct); "
+            + " ".join(f"{fast_key(p)} {vs[fast_key(p)]:.0%}" for p in FAST_P) + f"; geomean speedup {geo}")
 
 
 def _under_priced(cell: dict) -> list[str]:
@@ -201,8 +300,10 @@ def _markdown(rows: list[dict], summary: dict, chips: list[str]) -> str:
     def ms(v) -> str:
         return f"{v:.3g}" if v else "—"
 
-    head = ["task", "verdict"] + [f"{c} {w}" for c in chips for w in ("kernel ms", "XLA ms", "speedup", "bound",
-                                                                       "roofline")] + ["VMEM", "notes"]
+    experts = any(r.get("expert") for r in rows)
+    per_chip = ("kernel ms", "XLA ms", "speedup") + (("expert ms", "vs expert") if experts else ()) + ("bound",
+                                                                                                    "roofline")
+    head = ["task", "verdict"] + [f"{c} {w}" for c in chips for w in per_chip] + ["VMEM", "notes"]
     lines = [f"# Shipped kernels: {LABEL}", "",
              "Verdicts are the harness's (sandboxed, fresh seeds, smoke size); times are estimates for each chip at "
              "full size, kernel and XLA baseline priced the same way. Only kernels judged correct are counted.", "",
@@ -215,14 +316,23 @@ def _markdown(rows: list[dict], summary: dict, chips: list[str]) -> str:
             cell = (r.get("chips") or {}).get(c) or {}
             frac = cell.get("fraction_of_roofline")
             cells += [ms(cell.get("kernel_ms")), ms(cell.get("baseline_ms")),
-                      f"{cell['speedup']:.2f}x" if cell.get("speedup") else "—", cell.get("bound") or "—",
-                      f"{frac:.0%}" if frac else "—"]
+                      f"{cell['speedup']:.2f}x" if cell.get("speedup") else "—"]
+            if experts:
+                cells += [ms(cell.get("expert_ms")),
+                          f"{cell['speedup_vs_expert']:.2f}x" if cell.get("speedup_vs_expert") else "—"]
+            cells += [cell.get("bound") or "—", f"{frac:.0%}" if frac else "—"]
             if cell.get("error"):
                 notes.append(f"{c}: {cell['error'][:160]}")
+            if (cell.get("expert") or {}).get("error"):
+                notes.append(f"{c}: expert not estimated: {cell['expert']['error'][:160]}")
             notes += [f"{c}: {what} under-priced (its static profile misses work: the speedup is rough)"
                       for what in _under_priced(cell)]
             if cell.get("vmem_bytes") and not vmem:
                 vmem = f"{cell['vmem_bytes'] / 2**20:.1f} MiB"
+        ex = r.get("expert")
+        if ex:
+            notes.append(f"expert: {ex['library'] or 'no library kernel reached'}" + (
+                "" if ex.get("correct") else f", judged {ex['status']}: {(ex.get('reason') or '')[:160]}"))
         if r.get("uses_library_kernel"):
             notes.append(f"uses library kernel {r['uses_library_kernel']}")
         if r.get("degenerate"):
@@ -236,6 +346,18 @@ def _markdown(rows: list[dict], summary: dict, chips: list[str]) -> str:
             geo = f"{f['geomean_speedup']:.3g}x over {f['estimated']}" if f["geomean_speedup"] else "—"
             lines.append(f"| {c}{'' if part == 'all' else f' ({part})'} | {f['tasks']} | {f['correct']} | "
                          + " | ".join("—" if f[fast_key(p)] is None else f"{f[fast_key(p)]:.0%}" for p in FAST_P) + f" | {geo} |")
+    if experts:
+        lines += ["", "## fast_p by estimate against the expert baselines (installed library kernels)", "",
+                  "Over the tasks that have an `expert.py`; `vs expert` is the expert's estimated time over the "
+                  "kernel's, so above 1 the kernel is faster. An expert the harness did not judge correct gives its "
+                  "task no speedup.", "", "| chip | tasks with an expert | experts correct | "
+                  + " | ".join(fast_key(p) for p in FAST_P) + " | geomean vs expert |",
+                  "|---|---|---|" + "---|" * (len(FAST_P) + 1)]
+        for c in chips:
+            f = summary["by_chip"][c]["all"]["vs_expert"]
+            geo = f"{f['geomean_speedup']:.3g}x over {f['estimated']}" if f["geomean_speedup"] else "—"
+            lines.append(f"| {c} | {f['tasks']} | {f['experts_correct']} | " + " | ".join(
+                "—" if f[fast_key(p)] is None else f"{f[fast_key(p)]:.0%}" for p in FAST_P) + f" | {geo} |")
     if summary.get("degenerate"):
         lines += ["", "Left out of fast_p as degenerate (the stated work collapses algebraically): "
                   + ", ".join(sorted(summary["degenerate"])) + "."]

@@ -159,7 +159,7 @@ def bench_kernels(suite, tasks, chips, out, backend, ray_address, concurrency, a
     estimator are unchanged since its record is not redone. Exit 0 when every kernel is correct and estimated on
     every chip, 1 when some is not, 2 usage."""
     from maxkernel.evals.stats import FAST_P, fast_key
-    from maxkernel.kernel_table import TableError, run_table, table_tasks
+    from maxkernel.kernel_table import TableError, expert_line, run_table, table_tasks
 
     names = list(dict.fromkeys(resolve_chip(c, allow_native=False, tpu_only=True) for c in chips)) or \
         [resolve_chip(None, allow_native=False, tpu_only=True)]
@@ -182,6 +182,8 @@ def bench_kernels(suite, tasks, chips, out, backend, ray_address, concurrency, a
         lines.append(f"{c}: {f['correct']}/{f['tasks']} correct; "
                      + " ".join(f"{fast_key(p)} {f[fast_key(p)]:.0%}" for p in FAST_P) + f"; geomean speedup {geo}"
                      + (f"; not estimated: {', '.join(f['not_estimated'])}" if f["not_estimated"] else ""))
+        if expert_line(c, f.get("vs_expert")):
+            lines.append(expert_line(c, f["vs_expert"]))
     lines.append(f"speedups are {doc['label']}")
     lines.append(f"table in {doc['files']['markdown']}, plot {doc['files']['plot']}, JSON {doc['files']['json']}")
     complete = all(r["correct"] and all((r["chips"].get(c) or {}).get("speedup") for c in names) for r in doc["rows"])

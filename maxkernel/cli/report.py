@@ -41,7 +41,7 @@ def report(folder: str, out: str | None, as_json: bool) -> None:
 
 def _kernel_table(folder: str, as_json: bool) -> None:
     from maxkernel.evals.stats import FAST_P, fast_key
-    from maxkernel.kernel_table import TableError, render_table
+    from maxkernel.kernel_table import TableError, expert_line, render_table
 
     try:
         doc = render_table(folder)
@@ -56,6 +56,8 @@ def _kernel_table(folder: str, as_json: bool) -> None:
                          + " ".join(f"{fast_key(p)} " + ("—" if f[fast_key(p)] is None else f"{f[fast_key(p)]:.0%}")
                                     for p in FAST_P)
                          + f"; geomean speedup {geo} over {f['estimated']} estimated")
+            if part == "all" and expert_line(chip, f.get("vs_expert")):
+                lines.append("  " + expert_line(chip, f["vs_expert"]))
     if doc["summary"].get("degenerate"):
         lines.append("  left out as degenerate: " + "; ".join(f"{t} ({why})" for t, why in
                                                               sorted(doc["summary"]["degenerate"].items())))

@@ -103,10 +103,13 @@ def test_the_table_judges_counts_only_correct_kernels_and_resumes(tmp_path, sett
 
 
 @pytest.mark.unit
-def test_the_command_refuses_a_task_without_a_kernel_and_a_chip_that_is_not_a_tpu(capsys):
+def test_the_command_refuses_a_task_without_a_kernel_and_a_chip_that_is_not_a_tpu(capsys, tmp_path):
     from maxkernel.cli import main
 
-    assert main(["bench", "kernels", "--task", "2p_GQA_Attention"]) == 2
+    bare = tmp_path / "rms_bare"  # a task folder that ships no kernel (every suite task may ship one)
+    shutil.copytree(RMS, bare)
+    (bare / "kernel.py").unlink()
+    assert main(["bench", "kernels", "--task", str(bare)]) == 2
     assert "ships no kernel.py" in capsys.readouterr().err
     assert main(["bench", "kernels", "--task", "8p_GEMM", "--chip", "h100"]) == 2
     assert "TPU" in capsys.readouterr().err
@@ -322,3 +325,57 @@ def test_the_table_on_ray_makes_the_local_backends_records(tmp_path, settings, m
     kept = {r["task"]: r for r in again["rows"]}  # 12p stays in the folder's table from its earlier record
     assert kept["rms_wrong"]["resumed"] and kept["rms_wrong"]["ran_on"] == ray["rows"][1]["ran_on"]
     assert set(kept) == {"12p_RMSNorm", "rms_wrong"}
+
+
+@pytest.mark.unit
+def test_the_kernel_is_ranked_against_the_expert_beside_xla():
+    """Issue 34: a task with an expert baseline gets the kernel's estimated speedup over it per chip, fast_p against
+    the experts over the tasks that have one, and a wrong expert is listed with its verdict and ranks nothing."""
+    from maxkernel.kernel_table import _markdown, expert_line, summarize_table
+
+    expert = {"correct": True, "status": "correct", "library": "jax.experimental.pallas.ops.tpu.flash_attention"}
+    rows = [{"task": "a", "suite": "jaxbench", "status": "correct", "correct": True, "expert": expert,
+             "chips": {"v5e": {"speedup": 2.0, "expert_ms": 3.0, "kernel_ms": 2.0, "speedup_vs_expert": 1.5}}},
+            {"task": "b", "suite": "jaxbench", "status": "correct", "correct": True,
+             "expert": {"correct": False, "status": "incorrect", "reason": "exceeds tolerance", "library": "x.y"},
+             "chips": {"v5e": {"speedup": 1.1}}},
+            {"task": "c", "suite": "jaxbench", "status": "correct", "correct": True, "chips": {"v5e": {"speedup": 0.9}}}]
+    s = summarize_table(rows, ["v5e"])
+    vs = s["by_chip"]["v5e"]["all"]["vs_expert"]
+    assert vs["tasks"] == 2 and vs["experts_correct"] == 1 and vs["estimated"] == 1
+    assert vs["fast_0"] == 1.0 and vs["fast_1"] == 0.5 and vs["fast_1.5"] == 0 and vs["geomean_speedup"] == 1.5
+    assert vs["experts_not_correct"] == {"b": "incorrect: exceeds tolerance"}
+    assert s["by_chip"]["v5e"]["all"]["fast_1"] == pytest.approx(2 / 3)  # vs XLA: unchanged by the experts
+    md = _markdown(rows, s, ["v5e"])
+    assert "v5e expert ms | v5e vs expert" in md and "| 3 | 1.50x |" in md
+    assert "judged incorrect: exceeds tolerance" in md and "fast_p by estimate against the expert" in md
+    assert "2 tasks with an expert (1 judged correct)" in expert_line("v5e", vs)
+    plain = [{k: v for k, v in r.items() if k != "expert"} for r in rows]  # no expert anywhere: no expert columns
+    assert "expert" not in _markdown(plain, summarize_table(plain, ["v5e"]), ["v5e"])
+    assert expert_line("v5e", summarize_table(plain, ["v5e"])["by_chip"]["v5e"]["all"]["vs_expert"]) is None
+
+
+@pytest.mark.unit
+def test_the_experts_estimate_is_tied_to_its_verdict_and_divides_the_kernels(monkeypatch):
+    from types import SimpleNamespace
+
+    import maxkernel.harness.estimate.estimator as estimate_mod
+    from maxkernel.kernel_table import _expert_cell
+    from maxkernel.tasks import load_task
+
+    est = SimpleNamespace(ok=True, error=None, summary="", stage=None, fit={"fingerprints": []}, estimated_ms=6.0,
+                          bound="compute", fraction_of_roofline=0.5, limits=[])
+    monkeypatch.setattr(estimate_mod, "estimate", lambda *a, **k: est)
+    monkeypatch.setattr("maxkernel.harness.verdict.integrity.priced_differs", lambda *a: None)
+    task = load_task("1p_Flash_Attention")
+    compiled = {("v5e", "full"): SimpleNamespace(ok=True, stage="ok", summary="")}
+    mine = {"configs": {"full": {"ok": True, "kernel_ms": 2.0}}}
+    verdict = SimpleNamespace(integrity={"fingerprints": {}})
+    cell = _expert_cell(task, task.path / "expert.py", verdict, "v5e", ["full"], compiled, mine)
+    assert cell["ms"] == 6.0 and cell["speedup_vs_expert"] == pytest.approx(3.0) and not cell["retry"]
+    monkeypatch.setattr("maxkernel.harness.verdict.integrity.priced_differs", lambda *a: "its kernels differ")
+    cell = _expert_cell(task, task.path / "expert.py", verdict, "v5e", ["full"], compiled, mine)
+    assert cell["speedup_vs_expert"] is None and "not the one checked" in cell["error"]
+    compiled[("v5e", "full")] = SimpleNamespace(ok=False, stage="compile", summary="VMEM exceeded")
+    cell = _expert_cell(task, task.path / "expert.py", verdict, "v5e", ["full"], compiled, mine)
+    assert cell["speedup_vs_expert"] is None and "does not compile" in cell["error"]

@@ -44,6 +44,7 @@ def _judge(raw, name, kernel, **kw):
     ("exit_early.py", "error", "died without a result"),
     ("forge_result.py", "error", "malformed result"),
     ("memory_bomb.py", "error", "MemoryError: Unable to allocate"),  # the rlimit stops it at import
+    ("retrace.py", "rejected", "traced to a different program the second time"),  # a cheap program to the census
 ])
 def test_hostile_rmsnorm_kernels_are_refused(raw, kernel, status, words):
     v = _judge(raw, "12p_RMSNorm", HOSTILE / kernel, timeout=120)

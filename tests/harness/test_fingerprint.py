@@ -66,6 +66,14 @@ def test_the_lowering_must_hold_the_traced_kernels():
     assert "blocks" in lowering_disagrees(traced, [{"name": "_k", "grid": [4], "blocks": [[64, 256], [256]]}])
 
 
+def test_a_grid_extent_known_only_at_run_time_matches_its_lowering():
+    """Met judging the 14p expert (megablox's gmm): its middle grid extent is the number of tiles the group sizes
+    need, -1 in the trace and MLIR's dynamic size in the Mosaic lowering. Dynamic must match dynamic, and only it."""
+    traced = [{"name": "gmm", "grid": [3, -1, 1], "blocks": []}]
+    assert lowering_disagrees(traced, [{"name": "gmm", "grid": [3, -(2 ** 63), 1], "blocks": []}]) is None
+    assert "not the program" in lowering_disagrees(traced, [{"name": "gmm", "grid": [3, 4, 1], "blocks": []}])
+
+
 def test_the_lowering_must_take_the_tasks_inputs():
     meta = {"in_shapes": [[256, 512], [512, 384]], "out_shapes": [[256, 384]]}
     good = {"signature": {"inputs": [[256, 512, "bf16"], [512, 384, "bf16"]], "outputs": [[256, 384, "bf16"]]}}
