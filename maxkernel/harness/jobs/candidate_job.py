@@ -192,7 +192,7 @@ def run(job: dict, scratch: Path) -> dict:
     from maxkernel.harness.verdict.arrays import load_arrays, save_arrays
     from maxkernel.harness.verdict.checksize import inject
     from maxkernel.harness.verdict.handoff import INPUTS_READY, TIME_GO, wait_for
-    from maxkernel.harness.verdict.integrity import census, fingerprint, pallas_kernels
+    from maxkernel.harness.verdict.integrity import census, fingerprint, interpreted_calls, pallas_kernels
     from maxkernel.tasks import load_task
 
     from maxkernel import chips
@@ -262,6 +262,11 @@ def run(job: dict, scratch: Path) -> dict:
         if t is not p and normalised_jaxpr(p.jaxpr) != normalised_jaxpr(t.jaxpr):
             return {"status": "bad_trace", "backend": backend,
                     "error": "the kernel traced to a different program the second time (the census must see what runs)"}
+    chosen = interpreted_calls(plain.jaxpr)
+    if chosen:
+        return {"status": "bad_trace", "backend": backend,
+                "error": f"a pallas_call asks for interpret={chosen[0]}: the harness chooses the interpreter itself "
+                         "(pass interpret=False, or leave the parameter that carries it at its False default)"}
     counted = census(plain.jaxpr).as_dict()
     kernels = pallas_kernels(plain.jaxpr)
     if plain_c is not None and fp_chip.name != "v5e":

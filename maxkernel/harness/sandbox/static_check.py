@@ -7,6 +7,7 @@ import re
 import string
 from pathlib import Path
 
+from maxkernel.harness.sandbox.idioms import PRIVATE_MODULES, honest_nodes
 from maxkernel import pysource
 
 __all__ = ["check_source", "check_file", "ALLOWED_MODULES"]
@@ -183,6 +184,7 @@ class _Checker(ast.NodeVisitor):
         self.modules = _module_names(tree, self.origins)
         self.call_funcs = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
         self.class_names = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+        self.honest = honest_nodes(tree, self.origin)  # library idioms in their honest form (idioms.py)
         self.future_imports = {id(n) for n in _head_future_imports(tree)}
         self.format_templates = {id(n.func.value) for n in ast.walk(tree) if isinstance(n, ast.Call)
                                  and isinstance(n.func, ast.Attribute) and n.func.attr == "format"} | {
@@ -195,11 +197,14 @@ class _Checker(ast.NodeVisitor):
 
     def import_path(self, node, path: str) -> None:
         parts = path.split(".")
+        if any(path == m or path.startswith(m + ".") for m in PRIVATE_MODULES):
+            return None  # a private module of pure helpers that jax's own ops import (idioms.py)
         if parts[0] not in ALLOWED_MODULES:
             return self.bad(node, f"import of '{parts[0]}' is not allowed (a kernel may import {', '.join(_ALLOWED)})")
         for part in parts[1:]:
             if part.startswith("_"):
-                return self.bad(node, f"import of '{path}' is not allowed: '{part}' is private")
+                return self.bad(node, f"import of '{path}' is not allowed: '{part}' is private (of jax._src, only "
+                                      f"{' and '.join(sorted(PRIVATE_MODULES))} may be imported)")
             if part in DENIED_NAMES:
                 return self.bad(node, f"import of '{path}' is not allowed: {_WHY[part]}")
 
@@ -215,6 +220,10 @@ class _Checker(ast.NodeVisitor):
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level:
             return self.bad(node, "relative imports are not allowed: a kernel is a single file")
+        if node.module == "jax._src" and all(f"jax._src.{a.name}" in PRIVATE_MODULES for a in node.names):
+            for alias in node.names:  # `from jax._src import dtypes`: each name is one of the admitted modules
+                self.bound(node, alias.asname)
+            return None
         self.import_path(node, node.module)
         for alias in node.names:
             if id(node) in self.future_imports and alias.name == "annotations":
@@ -228,12 +237,19 @@ class _Checker(ast.NodeVisitor):
 
     def attr_rule(self, node, attr: str, base: ast.expr | None) -> None:
         if attr.startswith("__"):
+            if id(node) in self.honest["setattr"]:
+                return None  # object.__setattr__(self, "field", v) in __post_init__: a frozen dataclass's own field
             if not (attr in ALLOWED_DUNDER_METHODS and _is_call_to(base, "super")):
-                self.bad(node, f"attribute '{attr}' is not allowed: dunder attributes reach Python's internals")
+                self.bad(node, f"attribute '{attr}' is not allowed: dunder attributes reach Python's internals"
+                         + (" (the one form allowed: object.__setattr__(self, \"field\", value) inside a class's "
+                            "__post_init__)" if attr == "__setattr__" else ""))
         elif attr.startswith("_") and not (isinstance(base, ast.Name) and base.id in ("self", "cls")):
             self.bad(node, f"attribute '{attr}' is not allowed: private attributes are off limits")
-        elif attr in DENIED_NAMES and (attr, self.origin(base)) not in ALLOWED_MODULE_ATTRIBUTES:
-            self.bad(node, f"'{attr}' is not allowed: {_WHY[attr]}")
+        elif attr in DENIED_NAMES and (attr, self.origin(base)) not in ALLOWED_MODULE_ATTRIBUTES \
+                and id(node) not in self.honest["precision"]:
+            self.bad(node, f"'{attr}' is not allowed: {_WHY[attr]}" + (
+                " (the one form allowed: `with jax.default_matmul_precision(\"highest\"):` and the like)"
+                if attr == "default_matmul_precision" else ""))
         elif attr == "format" and not _safe_format(base):
             self.bad(node, "'.format' is allowed only on a string literal whose fields have no '.', '[' or '__'")
         elif attr in FORMAT_PRINTERS and id(node) not in self.call_funcs:
@@ -286,8 +302,11 @@ class _Checker(ast.NodeVisitor):
 
     def interpret_rule(self, key, value: ast.expr) -> None:
         literal = value.value if isinstance(value, ast.Constant) else "not a literal"
+        if key == "interpret" and id(value) in self.honest["interpret"]:
+            return  # a flag passed through from a parameter that defaults to False (its value is checked when traced)
         if key == "interpret" and literal is not False and literal is not None:
-            self.bad(value, "interpret= must be False or None: the harness chooses the interpreter itself")
+            self.bad(value, "interpret= must be False or None, or a parameter of the enclosing function that "
+                            "defaults to False or None: the harness chooses the interpreter itself")
 
     def visit_Dict(self, node: ast.Dict) -> None:  # **{"interpret": True}
         for key, value in zip(node.keys, node.values, strict=True):

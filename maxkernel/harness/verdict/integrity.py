@@ -258,6 +258,29 @@ def pallas_kernels(closed_jaxpr) -> list[dict]:
     return out
 
 
+def interpreted_calls(closed_jaxpr) -> list[str]:
+    """The pallas_calls of a program traced outside the harness's interpreter context that still ask to be
+    interpreted (their `interpret` is set): the kernel chose an interpreter, which lowers no Mosaic kernel for the
+    TPU and runs unchecked by the strict one. A flag passed through from a parameter (idioms.py) ends up here."""
+    out: list[str] = []
+
+    def walk(jaxpr) -> None:
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "pallas_call":
+                value = eqn.params.get("interpret")
+                if value is not None and value is not False:
+                    out.append(str(value)[:80])
+                continue
+            for value in eqn.params.values():
+                for sub in (value if isinstance(value, (tuple, list)) else (value,)):
+                    inner = _jaxpr_of(sub)
+                    if inner is not None:
+                        walk(inner)
+
+    walk(_jaxpr_of(closed_jaxpr))
+    return out
+
+
 def lowering_disagrees(traced: list[dict], lowered: list[dict]) -> str | None:
     """Why the kernels of a TPU lowering are not the kernels of the program the candidate traced and ran, or None.
 
