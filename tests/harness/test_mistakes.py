@@ -121,3 +121,32 @@ def test_a_blockspec_in_the_old_order_and_interpret_left_in_are_read_in_the_sour
     assert lint(named) == [] and [d.family for d in lint(by_name)] == ["blockspec_order"]
     for left in ("interpret=True", "interpret=pltpu.InterpretParams()"):
         assert [d.family for d in lint(source.replace("interpret=False", left))] == ["interpret_left_in"]
+
+
+@pytest.mark.unit
+def test_an_init_on_a_table_driven_first_step_is_not_called_missing():
+    """Met writing 15p: its grid walks (q block, kv block) pairs from a scalar-prefetched table and zeroes the
+    accumulator on `kj == 0` with kj = ktab_ref[t]; the lint, which knew only `program_id(k) == 0`, called the
+    init missing. A `pl.when` that fills the ref is an init; no fill at all is still flagged."""
+    source = '''import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def body(ktab_ref, x_ref, o_ref, acc_ref):
+    kj = ktab_ref[pl.program_id(0)]
+
+    @pl.when(kj == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    acc_ref[...] += x_ref[...]
+    o_ref[...] = acc_ref[...]
+
+
+def run(x):
+    return pl.pallas_call(body, out_shape=x, scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)])(x)
+'''
+    assert lint(source) == []
+    unfilled = source.replace("acc_ref[...] = jnp.zeros_like(acc_ref)", "pass")
+    assert unfilled != source and [d.family for d in lint(unfilled)] == ["missing_init"]

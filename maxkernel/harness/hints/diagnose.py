@@ -157,7 +157,7 @@ def lint(source: str) -> list[Diagnosis]:
                                        f"'arbitrary'", line))
     accumulates = any(isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Subscript) for n in ast.walk(tree))
     scratch = any(isinstance(n, ast.keyword) and n.arg == "scratch_shapes" for n in ast.walk(tree))
-    if accumulates and scratch and not inits:
+    if accumulates and scratch and not inits and not _guarded_fill(tree):
         line = next(n.lineno for n in ast.walk(tree) if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Subscript))
         found.append(Diagnosis("missing_init", "a scratch accumulator is added to (+=) but never initialised: "
                                "zero it on the first step of the reduction axis, "
@@ -165,6 +165,22 @@ def lint(source: str) -> list[Diagnosis]:
     found += _dma_pairing(tree)
     found += _blockspec_order(tree) + _interpret_left(tree)
     return sorted(found, key=lambda d: d.line or 0)
+
+
+def _guarded_fill(tree) -> bool:
+    """Whether some `@pl.when(...)` function stores a fill (zeros, a constant) into a ref: an initialisation on a
+    first step told otherwise than by `program_id(k) == 0` (a scalar-prefetched table's `kj == 0`, say). Met on the
+    15p kernel, whose grid walks (q block, kv block) pairs from a table: the lint called its init missing."""
+    fills = ("zeros", "zeros_like", "full", "full_like", "ones", "ones_like")
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef) or not any(
+                isinstance(d, ast.Call) and _callee(d) == "when" for d in fn.decorator_list):
+            continue
+        for node in ast.walk(fn):
+            if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Subscript) for t in node.targets)
+                    and isinstance(node.value, ast.Call) and _callee(node.value) in fills):
+                return True
+    return False
 
 
 def _callee(node) -> str | None:
