@@ -76,6 +76,22 @@ def test_plan_shrinks_parallel_dims_and_keeps_the_reduction_whole():
     assert all(math.isclose(pt["x"] * full_tiles, pt["tiles"]) for pt in p["points"])
 
 
+def test_a_kernel_whose_parallel_dims_are_spent_is_shrunk_along_a_dim_its_work_is_linear_in():
+    """Met on 9p (SwiGLU) and 13p (cross entropy): one 1024-token tile was 18 to 70 times the profiling budget and
+    the plan gave up. Once no dim can shrink by parallel tiles, a dim whose shrink keeps every block and cuts the
+    FLOPs by the factor is taken, a reduction axis included (fewer steps of the same tile); x follows the FLOPs."""
+    task = load_task("8p_GEMM")
+    kernel = _gemm(block_m=8192, block_n=1024, block_k=1024)  # M is one block: the named dim cannot shrink
+    p = ej.plan(task, kernel, "full", V5E, True, BUDGET, ["M"])
+    assert p["reached_budget"], p["rejected"]
+    assert set(p["shrunk_dims"]) == {"N", "K"} and all(pt["dims"]["M"] == 8192 for pt in p["points"])
+    for pt in p["points"]:
+        d = pt["dims"]
+        assert math.isclose(pt["x"], d["N"] * d["K"] / (28672 * 8192))
+        assert d["N"] % 1024 == 0 and d["K"] % 1024 == 0 and min(d["N"], d["K"]) >= 1024
+    assert "M" in p["rejected"]
+
+
 def test_plan_for_a_baseline_shrinks_output_dims_only():
     task = load_task("8p_GEMM")
     p = ej.plan(task, task.module.workload, "full", V5E, False, BUDGET, ["M", "N"])

@@ -325,8 +325,11 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
     ties: dict[str, str] = {}  # a dim the task only accepts shrunk together with another: leader -> follower
     why = ""
 
+    linear: list[str] = []  # a kernel's unnamed dims its work is linear in, shrunk once the named are spent
+    not_linear: dict[str, str] = {}  # ... and the dims found not to be, with why
+
     def ratio(dims):  # a follower moves with its leader and is one dimension of work with it: counted once
-        return math.prod(dims[d] / full_dims[d] for d in usable if d in dims and d not in ties.values())
+        return math.prod(dims[d] / full_dims[d] for d in [*usable, *linear] if d in dims and d not in ties.values())
 
     def tie(d, factor):
         """(partner, its shrink) when `d` shrinks by `factor` only together with another usable dim (out_features with
@@ -404,6 +407,17 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
             if moved:
                 break
         if not moved:
+            if is_kernel:  # the named dims are spent: a dim the kernel's work is linear in, its blocks kept
+                step = _kernel_extra_step(prog, cur, full_dims, facts_at[_key(cur)], not_linear)
+                if step is None:
+                    break
+                d, cur, facts, closed = step
+                if d not in usable and d not in linear:
+                    linear.append(d)  # counted in x from here on: the work falls with it
+                facts_at[_key(cur)] = facts
+                prints_at[_key(cur)] = fingerprint(closed)
+                chain.append(dict(cur))
+                continue
             denser = _denser_step(prog, cur, usable, extras, rejected, ties, fallback=True) \
                 if extras else None
             if not denser:
@@ -417,13 +431,50 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
 
     # The smallest size first, then the sizes it was halved from, while they stay within the hard limit.
     ladder = [p for p in chain[::-1] if work(p) <= _HARD_FACTOR] or [chain[-1]]
-    return {"full_dims": full_dims, "shrunk_dims": [d for d in usable if cur[d] != full_dims[d]], "tied": ties,
+    return {"full_dims": full_dims, "shrunk_dims": [d for d in [*usable, *linear] if cur[d] != full_dims[d]],
+            "tied": ties,
             "points": [{"dims": p, "x": ratio(p), "tiles": _tiles(facts_at[_key(p)]) if is_kernel else None,
                         "work": work(p)} for p in ladder],
             "reached_budget": work(cur) <= _HARD_FACTOR, "rejected": rejected, "full_facts": facts_full,
             "fingerprints": _distinct([prints_at[_key(full_dims)]] + [prints_at[_key(p)] for p in ladder
                                                                      if _key(p) in prints_at]) if is_kernel else [],
             "full_jaxpr": closed_full}
+
+
+def _kernel_extra_step(prog: _Traced, cur: dict, full_dims: dict, facts_now: dict, rejected: dict) -> tuple | None:
+    """(dim, size, facts, jaxpr) of a Pallas program shrunk by a dim that only removes parallel tiles could not be,
+    once no dim can; None when none qualifies. A dim qualifies where the kernels keep every block, grid rank and axis
+    kind (only grid extents change, a reduction axis's too) and the task's FLOPs fall by the factor: the work is
+    linear in it (fewer steps of the same tile). Not below 1024, and a dim the outputs do not scale with is then
+    priced as if they did (a little high: a reduction's epilogue is counted with its steps). Met on 9p's SwiGLU and 13p's cross entropy: one 1024-token tile
+    is 1.4 and 1.1 TFLOP, 18 to 70 times the profiling budget, and their mlp_dim and vocab only count steps."""
+    base = prog.flops(cur)
+    if not base:
+        return None
+    for d in sorted((d for d in full_dims if isinstance(cur.get(d), int) and cur[d] >= 2 * _MIN_EXTRA
+                     and d not in rejected), key=lambda n: -cur[n]):
+        why = ""
+        for factor in _FACTORS:
+            if cur[d] % factor or cur[d] // factor < _MIN_EXTRA:
+                continue
+            trial = {**cur, d: cur[d] // factor}
+            try:
+                facts, closed = prog.sig(trial)
+                flops = prog.flops(trial)
+            except Exception as exc:  # noqa: BLE001  (the task or kernel refuses this shape: another factor)
+                why = f"{type(exc).__name__}: {str(exc)[:160]}"
+                continue
+            a, b = facts_now["pallas_calls"], facts["pallas_calls"]
+            if len(a) != len(b) or any(x["blocks"] != y["blocks"] or x["parallel"] != y["parallel"]
+                                       or len(x["grid"]) != len(y["grid"]) for x, y in zip(a, b)):
+                why = "shrinking it changes a block shape"
+                continue
+            if not math.isclose(flops * factor, base, rel_tol=0.02):
+                why = f"the FLOPs fall {base / flops if flops else float('inf'):.3g} times when it falls {factor} times"
+                continue
+            return d, trial, facts, closed
+        rejected[d] = why or f"it cannot fall below {_MIN_EXTRA}"
+    return None
 
 
 def _denser_step(prog: _Traced, cur: dict, usable: list[str], extras: list[str], rejected: dict, ties: dict,
@@ -566,12 +617,20 @@ def run(job: dict, scratch: Path) -> dict:
     _line(progress, {"plan": {k: v for k, v in steps.items() if k not in ("full_facts", "full_jaxpr")},
                      "facts": steps["full_facts"], "block_traffic": traffic})
     if not steps["reached_budget"]:
+        smallest = steps["points"][0] if steps["points"] else {}
+        reached = (f" (the smallest size it reached, {smallest['dims']}, is {smallest['work']:.3g} times the budget)"
+                   if smallest.get("work") else "")
+        named = getattr(task.module, "PARALLEL_DIMS", None)
         return {"status": "error", "stage": "plan",
-                "error": ("cannot shrink the program below the profiling budget: "
+                "error": ("cannot shrink the program below the profiling budget" + reached + ": "
                           + ("; ".join(f"{d}: {why}" for d, why in steps["rejected"].items()) or _nothing_to_shrink(
                               steps["full_dims"], is_kernel))),
-                "hint": "name the task's independent dimensions in its baseline.py PARALLEL_DIMS, or raise "
-                        "MAXKERNEL_ESTIMATE_MAX_GFLOP / MAXKERNEL_ESTIMATE_MAX_MB"}
+                # Met on 9p: the hint sent the user to name PARALLEL_DIMS the task already named.
+                "hint": ("smaller default blocks (the kernel's tunables) let the sizes go lower, or raise "
+                         "MAXKERNEL_ESTIMATE_MAX_GFLOP / MAXKERNEL_ESTIMATE_MAX_MB (a bigger profile needs more "
+                         "memory and time)" if is_kernel and named else
+                         "name the task's independent dimensions in its baseline.py PARALLEL_DIMS, or raise "
+                         "MAXKERNEL_ESTIMATE_MAX_GFLOP / MAXKERNEL_ESTIMATE_MAX_MB")}
     device = compile_job._topology_device(chip)
     if isinstance(device, str):
         return {"status": "error", "stage": "compile", "error": device}
