@@ -343,11 +343,16 @@ def estimate_program(task, kernel: str | None, chip, size: str = "full", tunable
                                    error=f"the kernel was refused before import: {refused}")
     try:
         out = _profile(task, kernel, chip, size, tunables, timeout, [])
-        if out.stage == "abort" and _RETRY_FLAG not in out.libtpu_flags:
+        # At a shrunk size XLA may place its own temporaries in VMEM beside a kernel's scoped limit and run out (9p
+        # on v5e: 48 MiB scoped + 80 MiB of HLO temps), which the full size, whose temporaries are too big for VMEM,
+        # never does: the same flag keeps them in HBM.
+        crowded = out.stage == "compile" and "memory space vmem" in (out.error or "") and "HLO temp" in (out.error or "")
+        if (out.stage == "abort" or crowded) and _RETRY_FLAG not in out.libtpu_flags:
             retry = _profile(task, kernel, chip, size, tunables, timeout, [_RETRY_FLAG])
             if retry.ok:
-                retry.limits.append(f"profiled with {_RETRY_FLAG} after libtpu aborted ({out.error}): the estimate "
-                                    "describes the program with VMEM memory-space assignment off")
+                why = ("XLA's temporaries crowded VMEM at a profiled size" if crowded else "libtpu aborted")
+                retry.limits.append(f"profiled with {_RETRY_FLAG} after {why} ({(out.error or '')[:200]}): the "
+                                    "estimate describes the program with VMEM memory-space assignment off")
                 out = retry
             else:  # the flag was tried: the hint is what the retry says, never the flag again
                 out.error = f"{out.error}; retried with {_RETRY_FLAG}: {retry.error}"
