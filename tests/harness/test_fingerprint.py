@@ -168,6 +168,38 @@ def test_where_the_printer_wraps_a_line_is_not_the_program():
                                {"kernels": ["b"], "kernels_unwrapped": ["u"], "outside": "o"}) is None
 
 
+def test_an_inner_jaxpr_shared_at_one_size_is_the_same_program():
+    """Met on the 6p kernel: jax's printer hoisted the body's `_where` into a shared `let` at one size and wrote it
+    inline at another (two uses were one cached object, or two), and the honest kernel read as size-dependent. The
+    fingerprint's text writes inner jaxprs out in place; a body that does change is still caught."""
+    def run(x, *, twice):
+        def body(x_ref, o_ref):
+            v = x_ref[...]
+            v = jnp.where(v > 0, v, 0.0)
+            if twice:
+                v = jnp.where(v > 1, v, 1.0)
+            o_ref[...] = v
+
+        return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    from jax.experimental import pallas as pl
+
+    def prints(w, twice):
+        jax.clear_caches()
+        return fingerprint(jax.jit(lambda x: run(x, twice=twice)).trace(jax.ShapeDtypeStruct((8, w), jnp.float32)).jaxpr)
+
+    assert fingerprint_differs(prints(128, False), prints(256, False)) is None
+    assert fingerprint_differs(prints(128, True), prints(256, True)) is None
+    assert "changed with the size" in fingerprint_differs(prints(128, False), prints(256, True))
+    from maxkernel.harness.verdict.integrity import program_text
+
+    shared = jax.jit(lambda v: jnp.where(v > 0, v, 0.0))
+    one = jax.make_jaxpr(lambda v: shared(v) + shared(v + 1))(jnp.zeros(4))  # one inner object used twice
+    two = jax.make_jaxpr(lambda v: jax.jit(lambda u: jnp.where(u > 0, u, 0.0))(v)
+                         + jax.jit(lambda u: jnp.where(u > 0, u, 0.0))(v + 1))(jnp.zeros(4))
+    assert program_text(one) == program_text(two)
+
+
 def test_a_slice_that_spans_its_dim_at_one_size_is_the_same_program():
     """What 46k's kernel does: one image row of width W stored into a 128-lane scratch, `s[:, 0:W]`. At W=18 the
     printer shows the bound (`s[:,:18]`); at W=128 the slice spans the dim and shows none (`s[:,:]`), and the
@@ -192,16 +224,14 @@ def test_a_slice_that_spans_its_dim_at_one_size_is_the_same_program():
             jax.ShapeDtypeStruct((8, w), jnp.float32)).jaxpr)
 
     narrow, wide = prints(18), prints(128)
-    assert narrow["kernels_unwrapped"] != wide["kernels_unwrapped"]  # as printed, the bound is there or not
     assert fingerprint_differs(narrow, wide) is None
     assert "changed with the size" in fingerprint_differs(prints(18, split=True), prints(128, split=True))
     # a fingerprint without the key (a cached estimate's) is compared by the keys it has
     old = {k: v for k, v in wide.items() if k != "kernels_spanned"}
-    assert fingerprint_differs(narrow, old) is not None and fingerprint_differs(wide, old) is None
+    assert fingerprint_differs(wide, old) is None
 
 
 @pytest.mark.parametrize("task", ["32k_Gemm_Sigmoid_LogSumExp"])
 def test_a_shipped_kernel_whose_lines_wrap_with_the_size_prints_one_program(task):
     p = _prints(task, jaxbench.task_dir(task) / "kernel.py")
-    assert p["smoke"]["kernels"] != p["full"]["kernels"]  # as printed, the lines wrapped differently
     assert fingerprint_differs(p["smoke"], p["full"]) is None and fingerprint_differs(p["check"], p["full"]) is None

@@ -94,40 +94,11 @@ def normalised_jaxpr(closed_jaxpr) -> str:
     used with its own variable names, the interpreter choice blanked. (jax's printer hoists an inner jaxpr used
     twice into a named `let` and names variables by object, and which uses are one object depends on what the
     trace caches held: megablox's gmm printed its cumsum inline in one trace and hoisted in the next.)"""
-    return _INTERPRET.sub("interpret=*", _ADDRESS.sub("", _program_text(closed_jaxpr)))
+    from maxkernel.harness.verdict.integrity import program_text
+
+    return _INTERPRET.sub("interpret=*", program_text(closed_jaxpr))
 
 
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # a function's address in a parameter's repr says nothing of the program
-
-
-def _program_text(jaxpr) -> str:
-    """One jaxpr as text, variables numbered in order of appearance, inner jaxprs written out in place."""
-    from jax.extend import core as jex_core
-
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    names: dict = {}
-
-    def var(v) -> str:
-        if isinstance(v, jex_core.Literal):
-            return f"{v.val!r}:{v.aval.str_short()}"
-        if v not in names:
-            names[v] = f"v{len(names)}:{v.aval.str_short()}"
-        return names[v]
-
-    def param(value) -> str:
-        if isinstance(value, (jex_core.Jaxpr, jex_core.ClosedJaxpr)):
-            return "{ " + _program_text(value) + " }"
-        if isinstance(value, (tuple, list)):
-            return "(" + ", ".join(param(x) for x in value) + ")"
-        return str(value)
-
-    lines = ["in " + " ".join(var(v) for v in [*jaxpr.constvars, *jaxpr.invars])]
-    for eqn in jaxpr.eqns:
-        params = " ".join(f"{k}={param(v)}" for k, v in sorted(eqn.params.items()))
-        lines.append(f"{' '.join(var(v) for v in eqn.outvars)} = {eqn.primitive.name}[{params}] "
-                     + " ".join(var(v) for v in eqn.invars))
-    lines.append("out " + " ".join(var(v) for v in jaxpr.outvars))
-    return "\n".join(lines)
 
 
 def _output_problem(info, expected: list[tuple[list[int], str]]) -> str | None:

@@ -325,6 +325,42 @@ def _shapeless(text: str) -> str:
     return _NUMBER.sub("#", _INTERPRET_PARAM.sub("interpret=*", text))
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # a function's address in a parameter's repr says nothing of the program
+
+
+def program_text(jaxpr) -> str:
+    """One jaxpr as text, the same for two traces of one program: variables numbered in order of appearance, every
+    inner jaxpr written out in place with its own numbering, functions' addresses dropped. (jax's printer hoists an
+    inner jaxpr used twice into a named `let` and names variables by object, and which uses are one object depends
+    on what the trace caches held: the same program printed two ways in two traces, or at two sizes.)"""
+    from jax.extend import core as jex_core
+
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    names: dict = {}
+
+    def var(v) -> str:
+        if isinstance(v, jex_core.Literal):
+            return f"{v.val!r}:{v.aval.str_short()}"
+        if v not in names:
+            names[v] = f"v{len(names)}:{v.aval.str_short()}"
+        return names[v]
+
+    def param(value) -> str:
+        if isinstance(value, (jex_core.Jaxpr, jex_core.ClosedJaxpr)):
+            return "{ " + program_text(value) + " }"
+        if isinstance(value, (tuple, list)):
+            return "(" + ", ".join(param(x) for x in value) + ")"
+        return str(value)
+
+    lines = ["in " + " ".join(var(v) for v in [*jaxpr.constvars, *jaxpr.invars])]
+    for eqn in jaxpr.eqns:
+        params = " ".join(f"{k}={param(v)}" for k, v in sorted(eqn.params.items()))
+        lines.append(f"{' '.join(var(v) for v in eqn.outvars)} = {eqn.primitive.name}[{params}] "
+                     + " ".join(var(v) for v in eqn.invars))
+    lines.append("out " + " ".join(var(v) for v in jaxpr.outvars))
+    return _ADDRESS.sub("", "\n".join(lines))
+
+
 def fingerprint(closed_jaxpr) -> dict:
     """The program up to its grid extents and array shapes: each pallas_call's body, block shapes, index maps and
     dimension semantics, and the primitives around them. Two sizes of one honest kernel print the same; a kernel
@@ -340,8 +376,9 @@ def fingerprint(closed_jaxpr) -> dict:
             name = eqn.primitive.name
             if name == "pallas_call":
                 gm = eqn.params["grid_mapping"]
-                body = _shapeless(str(eqn.params["jaxpr"]))
-                maps = [_shapeless(str(getattr(bm, "index_map_jaxpr", ""))) for bm in getattr(gm, "block_mappings", ())]
+                body = _shapeless(program_text(eqn.params["jaxpr"]))
+                maps = [_shapeless(program_text(bm.index_map_jaxpr) if getattr(bm, "index_map_jaxpr", None) is not None
+                                   else "") for bm in getattr(gm, "block_mappings", ())]
                 params = eqn.params.get("compiler_params") or {}
                 semantics = [str(getattr(p, "dimension_semantics", "")) for p in
                              (params.values() if isinstance(params, dict) else [params])]
