@@ -180,7 +180,8 @@ def _row(task, chips: list[str], key: str, progress: Callable[[str], None]) -> d
     v = evaluate(_spec(task), kernel, size="smoke", estimate=False)
     row.update(status=v.status, correct=v.status == "correct", reason=v.reason,
                max_rel_err=v.correctness.max_rel_err, tolerance=v.correctness.tolerance,
-               pallas_share=v.integrity.get("pallas_share"), uses_library_kernel=v.uses_library_kernel or "",
+               pallas_share=v.integrity.get("pallas_share"), pallas_share_max=v.integrity.get("pallas_share_max"),
+               uses_library_kernel=v.uses_library_kernel or "",
                seeds=v.correctness.seeds, chips={})
     expert, ev = expert_file(task), None
     if expert:

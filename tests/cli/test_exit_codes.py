@@ -124,6 +124,22 @@ def test_evaluate_exits_0_only_on_a_correct_verdict(status, code, monkeypatch, k
     assert seen["chip"] == "v6e" and "maxkernel: " not in err
 
 
+@pytest.mark.unit
+def test_evaluate_says_when_pallas_work_sits_behind_data_dependent_branches(monkeypatch, keep_chip, capsys):
+    """Met writing 5p and 15p: "0% of FLOPs inside Pallas" printed beside CORRECT for a kernel whose work runs behind
+    data-dependent pl.when branches (the census counts them at their lightest)."""
+    import maxkernel.harness.verdict.evaluate as harness
+
+    v = _verdict("correct").model_copy(update={"integrity": {"pallas_share": 0.0, "pallas_share_max": 1.0,
+                                                             "pallas_calls": 1}})
+    monkeypatch.setattr(harness, "evaluate", lambda *a, **k: v)
+    assert main(["evaluate", *RMS]) == 0
+    assert "0% of FLOPs inside Pallas surely, 100% where its data-dependent branches run" in capsys.readouterr().out
+    v.integrity["pallas_share_max"] = 0.0
+    assert main(["evaluate", *RMS]) == 0
+    assert "0% of FLOPs inside Pallas (1 pallas_call)" in capsys.readouterr().out
+
+
 def _tool_results(ok: bool) -> dict:
     from maxkernel.harness.estimate.estimator import Estimate
     from maxkernel.tools.autotune import TuneResult

@@ -50,4 +50,7 @@ def test_every_shipped_kernel_has_a_correct_verdict_for_its_files(name):
         f"{name}: kernel.py changed since its verdict: {redo}"
     assert row.get("task_digest") == task.digest, f"{name}: the task's files changed since its verdict: {redo}"
     assert row["status"] == "correct" and row["correct"], f"{name}: {row['status']}: {row['reason']}"
-    assert len(row["seeds"]) >= 3 and row["max_rel_err"] <= row["tolerance"] and row["pallas_share"] >= 0.9
+    # A kernel that skips work on data (paged attention past a sequence's length, a document mask) has its Pallas
+    # work counted at its lightest: what is always done in Pallas; at its heaviest it must be the work.
+    share = max(row["pallas_share"], row.get("pallas_share_max") or 0.0)
+    assert len(row["seeds"]) >= 3 and row["max_rel_err"] <= row["tolerance"] and share >= 0.9
