@@ -295,6 +295,14 @@ def _under_priced(cell: dict) -> list[str]:
             if any(x.startswith(mark) for x in limits)]
 
 
+def _scaled(cell: dict) -> list[str]:
+    """Which of a chip cell's programs were priced by scaling their largest profiled size, not by a fitted line."""
+    limits = [x for cfg in (cell.get("configs") or {}).values() for x in cfg.get("limits") or []]
+    mark = "cycles do not grow linearly with the work"
+    return [what for what, prefix in (("kernel", ""), ("XLA baseline", "baseline: "))
+            if any(x.startswith(prefix + mark) for x in limits)]
+
+
 def _markdown(rows: list[dict], summary: dict, chips: list[str]) -> str:
     from maxkernel.evals.stats import FAST_P, fast_key
 
@@ -328,6 +336,8 @@ def _markdown(rows: list[dict], summary: dict, chips: list[str]) -> str:
                 notes.append(f"{c}: expert not estimated: {cell['expert']['error'][:160]}")
             notes += [f"{c}: {what} under-priced (its static profile misses work: the speedup is rough)"
                       for what in _under_priced(cell)]
+            notes += [f"{c}: {what} scaled in proportion from its largest profiled size, not fitted (its cycles did "
+                      "not grow with the work: the speedup is rough)" for what in _scaled(cell)]
             if cell.get("vmem_bytes") and not vmem:
                 vmem = f"{cell['vmem_bytes'] / 2**20:.1f} MiB"
         ex = r.get("expert")

@@ -204,6 +204,22 @@ def test_an_under_priced_program_is_named_in_its_rows_notes():
 
 
 @pytest.mark.unit
+def test_a_baseline_scaled_from_its_largest_size_is_named_in_its_rows_notes():
+    """9p's XLA baseline on v6e: shrunk by its tokens it streamed all its weights at every profiled size, its cycles
+    did not grow with the work, and it was scaled from the largest size to 127 ms against a 12.6 ms floor."""
+    from maxkernel.kernel_table import _markdown, summarize_table
+
+    limits = ["baseline: cycles do not grow linearly with the work over the profiled sizes: scaled in proportion "
+              "from the largest"]
+    rows = [{"task": "9p", "suite": "jaxbench", "status": "correct", "correct": True,
+             "chips": {"v6e": {"speedup": 8.5, "configs": {"full": {"limits": limits}}}}}]
+    md = _markdown(rows, summarize_table(rows, ["v6e"]), ["v6e"])
+    assert "v6e: XLA baseline scaled in proportion from its largest profiled size, not fitted" in md
+    rows[0]["chips"]["v6e"]["configs"]["full"]["limits"] = []
+    assert "scaled in proportion" not in _markdown(rows, summarize_table(rows, ["v6e"]), ["v6e"])
+
+
+@pytest.mark.unit
 def test_a_degenerate_row_is_listed_and_counted_in_no_figure():
     from maxkernel.kernel_table import _markdown, summarize_table
 
