@@ -389,6 +389,14 @@ def test_the_experts_estimate_is_tied_to_its_verdict_and_divides_the_kernels(mon
     verdict = SimpleNamespace(integrity={"fingerprints": {}})
     cell = _expert_cell(task, task.path / "expert.py", verdict, "v5e", ["full"], compiled, mine)
     assert cell["ms"] == 6.0 and cell["speedup_vs_expert"] == pytest.approx(3.0) and not cell["retry"]
+    # XLA's baseline not priced (14p on v6e: its profile ran out of time): the kernel and the expert still compare
+    mine_alone = {"configs": {"full": {"ok": False, "kernel_ms": 2.0, "not_the_checked_program": None}}}
+    cell = _expert_cell(task, task.path / "expert.py", verdict, "v5e", ["full"], compiled, mine_alone)
+    assert cell["speedup_vs_expert"] == pytest.approx(3.0)
+    from maxkernel.kernel_table import vs_expert
+
+    assert vs_expert({"expert_ms": 6.0, "configs": {"full": {"kernel_ms": 2.0}}}) == pytest.approx(3.0)
+    assert vs_expert({"expert_ms": 6.0, "configs": {"full": {"kernel_ms": 2.0, "not_the_checked_program": "x"}}}) is None
     monkeypatch.setattr("maxkernel.harness.verdict.integrity.priced_differs", lambda *a: "its kernels differ")
     cell = _expert_cell(task, task.path / "expert.py", verdict, "v5e", ["full"], compiled, mine)
     assert cell["speedup_vs_expert"] is None and "not the one checked" in cell["error"]
