@@ -76,3 +76,18 @@ def test_the_interpreter_choice_is_blanked_and_nothing_else():
     x = jax.ShapeDtypeStruct((8, 128), jnp.float32)
     texts = [normalised_jaxpr(jax.make_jaxpr(lambda v, i=i: call(v, i))(x)) for i in (False, True)]
     assert texts[0] == texts[1] and "interpret=*" in texts[0]
+
+
+def test_the_census_counts_a_ragged_dot_as_the_contraction_it_is():
+    """Met writing 10p: the census counted lax.ragged_dot as no work, so the MoE baseline's contraction FLOPs were its
+    router alone, and an honest kernel that left the router matmul in XLA (as the baseline does) was rejected with
+    "matmul FLOPs outside pallas_call come to 100% of the task's"."""
+    from jax import lax
+
+    from maxkernel.harness.verdict.integrity import census
+
+    m, k, n, groups = 64, 32, 16, 4
+    closed = jax.make_jaxpr(lambda a, b, g: lax.ragged_dot(a, b, g))(
+        jnp.zeros((m, k), jnp.bfloat16), jnp.zeros((groups, k, n), jnp.bfloat16), jnp.full((groups,), 16, jnp.int32))
+    counted = census(closed)
+    assert counted.contraction_flops == 2 * m * n * k and counted.total_flops >= 2 * m * n * k

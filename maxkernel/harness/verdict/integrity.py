@@ -82,6 +82,11 @@ def _eqn_flops(eqn) -> tuple[float, float]:
         k = math.prod(lhs_shape[d] for d in lc) if lc else 1
         f = 2.0 * out * k
         return f, f
+    if name == "ragged_dot_general":  # each row of lhs meets one group's matrix: a dot of its own shape
+        (lc, _), _ = eqn.params["ragged_dot_dimension_numbers"].dot_dimension_numbers
+        lhs_shape = eqn.invars[0].aval.shape
+        f = 2.0 * out * (math.prod(lhs_shape[d] for d in lc) if lc else 1)
+        return f, f
     if name == "conv_general_dilated":
         rhs = eqn.invars[1].aval.shape
         out_feature_dim = eqn.params["dimension_numbers"].rhs_spec[0]
