@@ -298,3 +298,21 @@ def test_a_chip_libtpu_cannot_profile_is_said_at_once_with_what_it_can_do():
         r = est.estimate_program(load_task("12p_RMSNorm"), None, chips.get(chip), "full")
         assert not r.ok and r.stage == "chip" and "static profiler cannot price it" in r.error, r.error
         assert f"compile --chip {chip}" in r.hint and r.floors["memory_ms"] > 0 and r.wall_s == 0.0
+
+
+@pytest.mark.unit
+def test_a_cached_estimate_is_not_read_under_another_fingerprint_method(monkeypatch):
+    """A cached estimate carries the fingerprints of the programs it priced; made under another fingerprint method it
+    reads as "not the program checked" (1p's row, re-made after the fingerprint text changed, lost its speedup). The
+    verdict's integrity code is part of the estimator's method digest, so such a cache is never read."""
+    from pathlib import Path
+
+    before = est._method_digest()
+    real = Path.read_bytes
+
+    def changed(self):
+        data = real(self)
+        return data + b"\n# changed" if self.name == "integrity.py" else data
+
+    monkeypatch.setattr(Path, "read_bytes", changed)
+    assert est._method_digest() != before

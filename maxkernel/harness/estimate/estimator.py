@@ -304,8 +304,10 @@ def _method_digest() -> str:
     here = Path(__file__).resolve().parent  # the estimate room; its jobs are read as files, never imported here
     jobs = here.parent / "jobs"
     h = hashlib.sha256(str(METHOD_VERSION).encode())
+    # integrity.py makes the fingerprints a cached estimate carries: a cache made under another fingerprint method
+    # would read as "not the program checked" (1p's row, re-made after the fingerprint text changed, lost its speedup).
     for path in (Path(__file__), jobs / "estimate_job.py", jobs / "estimate_compile_job.py", here / "hlo_loops.py",
-                 here / "facts.py"):
+                 here / "facts.py", here.parent / "verdict" / "integrity.py"):
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
