@@ -46,8 +46,9 @@ def _ce_kernel(x_ref, w_ref, lab_ref, o_ref, m_ref, l_ref, t_ref, *, vocab: int)
         t_ref[...] = jnp.zeros_like(t_ref)
 
     s = jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32)  # [bt, bv] logits, f32
-    if vocab % bv:  # a partial last tile: its columns past the vocabulary hold garbage (even NaN) -> -inf, by select
-        s = jnp.where(cols < vocab - j * bv, s, -jnp.inf)
+    # A partial last tile's columns past the vocabulary hold garbage (even NaN) -> -inf, by select. Applied at every
+    # size, whether or not the vocabulary divides: the program checked at a small size is the one priced at full.
+    s = jnp.where(cols < vocab - j * bv, s, -jnp.inf)
     m_prev = m_ref[...]
     m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
     l_ref[...] = jnp.exp(m_prev - m_new) * l_ref[...] + jnp.sum(jnp.exp(s - m_new), axis=-1, keepdims=True)
