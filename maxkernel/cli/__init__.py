@@ -44,6 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code: 0 the good answer (correct, compiles, passes, ...), 1 a bad answer
     (printed first) or an internal failure (one line on stderr, nothing on stdout), 2 usage error, 130 interrupted."""
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    from maxkernel.chips import accelerator_nodes
+
+    if not accelerator_nodes():
+        # A task's own jax code run here (7p's get_flops draws its batch) would otherwise start libtpu's runtime,
+        # which finds no TPU and prints its host-bounds warnings into the command's output.
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
     try:
         rv = cli.main(args=argv, prog_name="maxkernel", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as exc:
