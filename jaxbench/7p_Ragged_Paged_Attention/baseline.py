@@ -23,7 +23,8 @@ CONFIG = {
     "pages_per_seq": 256,
     "prefill_fraction": 0.25,  # share of sequences that are (chunked) prefills; the rest decode one token
 }
-SIZES = {"smoke": {"max_num_batched_tokens": 128, "max_num_seqs": 16, "num_q_heads": 8, "num_kv_heads": 2,
+# The smoke size keeps the full size's 8 kv heads (a kernel may loop over them; 16 query heads keep it cheap).
+SIZES = {"smoke": {"max_num_batched_tokens": 128, "max_num_seqs": 16, "num_q_heads": 16, "num_kv_heads": 8,
                    "head_dim": 128, "page_size": 16, "pages_per_seq": 8}}
 
 # q is drawn wider than k so the scaled logits spread over several units and softmax rows are peaked.

@@ -92,6 +92,22 @@ def test_a_kernel_whose_parallel_dims_are_spent_is_shrunk_along_a_dim_its_work_i
     assert "M" in p["rejected"]
 
 
+def test_a_kernel_is_not_shrunk_to_a_size_where_it_is_another_program():
+    """Met on 7p: at max_num_seqs = 1 the wrapper's jnp cumsum and searchsorted traced to other operations, so the
+    sizes the plan profiled were not the program the verdict checked, and the table withheld the estimate. The plan
+    stops above such a size and names why."""
+    gemm = _gemm(block_m=512, block_n=1024, block_k=1024)
+
+    def kernel(a, b):
+        out = gemm(a, b)
+        return -(-out) if a.shape[0] < 4096 else out  # another program below 4096 rows
+
+    p = ej.plan(load_task("8p_GEMM"), kernel, "full", V5E, True, BUDGET, ["M", "K", "N"])
+    assert all(pt["dims"]["M"] >= 4096 for pt in p["points"]), [pt["dims"] for pt in p["points"]]
+    assert "another one" in p["rejected"]["M"] and "N" in p["shrunk_dims"]
+    assert len(p["fingerprints"]) == 1  # every size priced prints as the full size does
+
+
 def test_plan_for_a_baseline_shrinks_output_dims_only():
     task = load_task("8p_GEMM")
     p = ej.plan(task, task.module.workload, "full", V5E, False, BUDGET, ["M", "N"])

@@ -302,7 +302,7 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
     only removes parallel tiles (so the per-tile cost is unchanged and the fit is linear in tiles); for an XLA
     program, when the task names it parallel (its work then scales linearly with it).
     """
-    from maxkernel.harness.verdict.integrity import fingerprint, pallas_kernels
+    from maxkernel.harness.verdict.integrity import fingerprint, fingerprint_differs, pallas_kernels
 
     full_dims = task_dims(task, base_size)
     prog = _Traced(task, fn, base_size, chip, full_dims)
@@ -395,10 +395,16 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
                 if is_kernel and not _same_kernel(facts_at[_key(cur)], facts):
                     why = "shrinking it changes a block shape or a reduction axis"
                     continue
+                printed = fingerprint(closed) if is_kernel else None
+                if is_kernel and fingerprint_differs(prints_at[_key(full_dims)], printed):
+                    # A size the verdict's tie would refuse (7p's wrapper at max_num_seqs = 1: jnp's cumsum and
+                    # searchsorted over one sequence trace to other operations): stop above it, not price it.
+                    why = f"at {trial[d]} the program is another one ({fingerprint_differs(prints_at[_key(full_dims)], printed)})"
+                    continue
                 cur = trial
                 facts_at[_key(cur)] = facts
                 if is_kernel:
-                    prints_at[_key(cur)] = fingerprint(closed)
+                    prints_at[_key(cur)] = printed
                 chain.append(dict(cur))
                 moved = True
                 break
@@ -408,7 +414,8 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
                 break
         if not moved:
             if is_kernel:  # the named dims are spent: a dim the kernel's work is linear in, its blocks kept
-                step = _kernel_extra_step(prog, cur, full_dims, facts_at[_key(cur)], not_linear)
+                step = _kernel_extra_step(prog, cur, full_dims, facts_at[_key(cur)], not_linear,
+                                          prints_at[_key(full_dims)])
                 if step is None:
                     break
                 d, cur, facts, closed = step
@@ -441,7 +448,8 @@ def plan(task, fn, base_size: str, chip, is_kernel: bool, budget: dict, dims_ord
             "full_jaxpr": closed_full}
 
 
-def _kernel_extra_step(prog: _Traced, cur: dict, full_dims: dict, facts_now: dict, rejected: dict) -> tuple | None:
+def _kernel_extra_step(prog: _Traced, cur: dict, full_dims: dict, facts_now: dict, rejected: dict,
+                       full_print: dict | None = None) -> tuple | None:
     """(dim, size, facts, jaxpr) of a Pallas program shrunk by a dim that only removes parallel tiles could not be,
     once no dim can; None when none qualifies. A dim qualifies where the kernels keep every block, grid rank and axis
     kind (only grid extents change, a reduction axis's too) and the task's FLOPs fall by the factor: the work is
@@ -471,6 +479,12 @@ def _kernel_extra_step(prog: _Traced, cur: dict, full_dims: dict, facts_now: dic
                 continue
             if not math.isclose(flops * factor, base, rel_tol=0.02):
                 why = f"the FLOPs fall {base / flops if flops else float('inf'):.3g} times when it falls {factor} times"
+                continue
+            from maxkernel.harness.verdict.integrity import fingerprint, fingerprint_differs
+
+            other = fingerprint_differs(full_print, fingerprint(closed)) if full_print else None
+            if other:
+                why = f"at {trial[d]} the program is another one ({other})"
                 continue
             return d, trial, facts, closed
         rejected[d] = why or f"it cannot fall below {_MIN_EXTRA}"
