@@ -236,7 +236,10 @@ def summarize_table(rows: list[dict], chips: list[str]) -> dict:
     rows = [r for r in rows if not r.get("degenerate")]
 
     def figures(part: list[dict], chip: str) -> dict:
-        speed = {r["task"]: (r.get("chips") or {}).get(chip, {}).get("speedup") for r in part}
+        cells = {r["task"]: (r.get("chips") or {}).get(chip) or {} for r in part}
+        rough = {r["task"]: why for r in part if r["correct"] and cells[r["task"]].get("speedup")
+                 and (why := rough_speedup(cells[r["task"]]))}
+        speed = {t: None if t in rough else cell.get("speedup") for t, cell in cells.items()}
         n = len(part)
         out = {"tasks": n, "correct": sum(r["correct"] for r in part)}
         for p in FAST_P:
@@ -246,7 +249,8 @@ def summarize_table(rows: list[dict], chips: list[str]) -> dict:
         out["geomean_speedup"] = geomean(ranked)
         out["estimated"] = len(ranked)
         out["not_estimated"] = {r["task"]: (r["chips"].get(chip) or {}).get("error") or "not estimated"
-                                for r in part if r["correct"] and not speed[r["task"]]}
+                                for r in part if r["correct"] and not speed[r["task"]] and r["task"] not in rough}
+        out["rough"] = rough
         out["slower_than_xla"] = sorted(r["task"] for r in part if r["correct"] and speed[r["task"]]
                                         and speed[r["task"]] < 1)
         out["vs_expert"] = versus_expert(part, chip)
@@ -316,6 +320,20 @@ def _scaled(cell: dict) -> list[str]:
             if any(x.startswith(prefix + mark) for x in limits)]
 
 
+def rough_speedup(cell: dict) -> str | None:
+    """Why a chip cell's speedup is too rough to count in fast_p and the geomean, or None when it counts. A program
+    priced by scaling its largest profiled size (its cycles did not grow with the work) can be off either way by a
+    large factor (9p's XLA baseline on v6e: 127 ms against a 12.6 ms floor, an 8.5x "speedup"), and a kernel priced
+    at its floor because its static profile missed work claims the best time it could have. A baseline priced at its
+    floor only understates the kernel's speedup, so that one still counts."""
+    scaled = _scaled(cell)
+    if scaled:
+        return f"{' and '.join(scaled)} scaled from its largest profiled size, not fitted"
+    if "kernel" in _under_priced(cell):
+        return "kernel under-priced: priced at its floor"
+    return None
+
+
 def _markdown(rows: list[dict], summary: dict, chips: list[str]) -> str:
     from maxkernel.evals.stats import FAST_P, fast_key
 
@@ -382,6 +400,10 @@ def _markdown(rows: list[dict], summary: dict, chips: list[str]) -> str:
             geo = f"{f['geomean_speedup']:.3g}x over {f['estimated']}" if f["geomean_speedup"] else "—"
             lines.append(f"| {c} | {f['tasks']} | {f['experts_correct']} | " + " | ".join(
                 "—" if f[fast_key(p)] is None else f"{f[fast_key(p)]:.0%}" for p in FAST_P) + f" | {geo} |")
+    rough = [f"{c}: {t} ({why})" for c in chips for t, why in sorted(summary["by_chip"][c]["all"].get("rough", {}).items())]
+    if rough:
+        lines += ["", "Speedups left out of fast_p and the geomean as too rough to rank (the task counts as not "
+                  "fast there): " + "; ".join(rough) + "."]
     if summary.get("degenerate"):
         lines += ["", "Left out of fast_p as degenerate (the stated work collapses algebraically): "
                   + ", ".join(sorted(summary["degenerate"])) + "."]

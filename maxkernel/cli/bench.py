@@ -181,7 +181,8 @@ def bench_kernels(suite, tasks, chips, out, backend, ray_address, concurrency, a
         geo = f"{f['geomean_speedup']:.3g}x over {f['estimated']} kernels" if f["geomean_speedup"] else "—"
         lines.append(f"{c}: {f['correct']}/{f['tasks']} correct; "
                      + " ".join(f"{fast_key(p)} {f[fast_key(p)]:.0%}" for p in FAST_P) + f"; geomean speedup {geo}"
-                     + (f"; not estimated: {', '.join(f['not_estimated'])}" if f["not_estimated"] else ""))
+                     + (f"; not estimated: {', '.join(f['not_estimated'])}" if f["not_estimated"] else "")
+                     + (f"; too rough to count: {', '.join(f['rough'])}" if f.get("rough") else ""))
         if expert_line(c, f.get("vs_expert")):
             lines.append(expert_line(c, f["vs_expert"]))
     lines.append(f"speedups are {doc['label']}")

@@ -55,7 +55,8 @@ def _kernel_table(folder: str, as_json: bool) -> None:
             lines.append(f"  {chip}{'' if part == 'all' else f' {part}'}: {f['correct']}/{f['tasks']} correct; "
                          + " ".join(f"{fast_key(p)} " + ("—" if f[fast_key(p)] is None else f"{f[fast_key(p)]:.0%}")
                                     for p in FAST_P)
-                         + f"; geomean speedup {geo} over {f['estimated']} estimated")
+                         + f"; geomean speedup {geo} over {f['estimated']} estimated"
+                         + (f"; too rough to count: {', '.join(sorted(f['rough']))}" if f.get("rough") else ""))
             if part == "all" and expert_line(chip, f.get("vs_expert")):
                 lines.append("  " + expert_line(chip, f["vs_expert"]))
     if doc["summary"].get("degenerate"):

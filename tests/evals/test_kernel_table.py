@@ -220,6 +220,32 @@ def test_a_baseline_scaled_from_its_largest_size_is_named_in_its_rows_notes():
 
 
 @pytest.mark.unit
+def test_a_speedup_priced_by_scaling_or_at_the_kernels_floor_is_not_counted_in_fast_p():
+    """9p's v6e 8.5x stood on a baseline scaled from one size (127 ms against a 12.6 ms floor) and counted in the
+    summary's fast_2: a speedup that rough is listed apart, the task counted as not fast. A kernel priced at its
+    floor (its profile missed work) is not counted either; a baseline priced at its floor only understates the
+    kernel's speedup, and counts."""
+    from maxkernel.kernel_table import _markdown, summarize_table
+
+    scaled = ["baseline: cycles do not grow linearly with the work over the profiled sizes: scaled in proportion "
+              "from the largest"]
+
+    def row(task, speedup, limits):
+        return {"task": task, "suite": "jaxbench", "status": "correct", "correct": True,
+                "chips": {"v6e": {"speedup": speedup, "configs": {"full": {"limits": limits}}}}}
+
+    rows = [row("9p", 8.5, scaled), row("fair", 1.5, []),
+            row("floored_kernel", 3.0, ["under-priced: its static profile is below the task's FLOP floor"]),
+            row("floored_base", 1.2, ["baseline: under-priced: its static profile is below the task's FLOP floor"])]
+    f = summarize_table(rows, ["v6e"])["by_chip"]["v6e"]["all"]
+    assert set(f["rough"]) == {"9p", "floored_kernel"} and "XLA baseline scaled" in f["rough"]["9p"]
+    assert f["fast_2"] == 0 and f["fast_1"] == pytest.approx(2 / 4)
+    assert f["estimated"] == 2 and f["geomean_speedup"] == pytest.approx((1.5 * 1.2) ** 0.5)
+    assert "9p" not in f["not_estimated"]
+    assert "too rough to rank" in _markdown(rows, summarize_table(rows, ["v6e"]), ["v6e"])
+
+
+@pytest.mark.unit
 def test_a_degenerate_row_is_listed_and_counted_in_no_figure():
     from maxkernel.kernel_table import _markdown, summarize_table
 
