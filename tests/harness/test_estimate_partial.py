@@ -66,10 +66,11 @@ def test_a_larger_size_out_of_memory_or_time_leaves_a_fit_on_the_smaller_ones(re
 
 
 def test_with_fewer_than_two_sizes_the_failure_stands(recorded, monkeypatch):
+    """Out of time after one size: nothing to fit (out of memory there, the sizes are planned again: below)."""
     task, chip, _, calls = recorded
-    _replay(monkeypatch, calls, 1, "crashed")
+    _replay(monkeypatch, calls, 1, "timeout")
     part = est._profile(task, None, chip, "full", None, None, [])
-    assert not part.ok and part.stage == "memory" and "memory guard" in part.error
+    assert not part.ok and part.stage == "timeout" and "did not finish" in part.error
 
 
 def test_sizes_that_disagree_on_the_cost_of_the_work_are_not_fitted(recorded, monkeypatch):
@@ -89,3 +90,43 @@ def test_sizes_that_disagree_on_the_cost_of_the_work_are_not_fitted(recorded, mo
     part = est._profile(task, None, chip, "full", None, None, [])
     assert not part.ok and part.stage == "memory"
     assert "not fitted" in part.error and "differ 4.3 times" in part.error
+
+
+def test_out_of_memory_at_the_smallest_size_is_planned_again_smaller_and_priced(recorded, monkeypatch):
+    """4p's and 5p's XLA baselines on v5e ran the profiler out of memory at the smallest size their work budget
+    allowed, so no size was profiled. The replay crashes the first profile the same way; the sizes are then planned
+    for a budget MEMORY_SHRINK times smaller, profiled for real, and priced as the whole profile priced them."""
+    task, chip, whole, calls = recorded
+    plan, profile = calls
+    starting = [ln for ln in profile["lines"] if "starting" in ln]
+    crash = {**profile, "status": "crashed", "result": {}, "stderr": _OOM, "lines": starting[:1]}
+    replies = iter([plan, crash])
+    jobs = []
+    real = est._run
+
+    def run(job, *args, **kwargs):
+        jobs.append(job)
+        return next(replies, None) or real(job, *args, **kwargs)
+
+    monkeypatch.setattr(est, "_run", run)
+    again = est._profile(task, None, chip, "full", None, None, [])
+    assert again.ok, again.error
+    said = [ln for ln in again.limits if ln.startswith(est.MEMORY_RETRIED)]
+    assert said and "memory guard" in said[0]
+    first, second = jobs[0]["budget"], jobs[2]["budget"]
+    assert second["flops"] == pytest.approx(first["flops"] / est.MEMORY_SHRINK)
+    smallest = lambda p: min(float(ln["lowered"]["x"]) for ln in p["lines"] if "lowered" in ln)  # noqa: E731
+    assert min(pt["x"] for pt in again.fit["points"]) < smallest(plan)
+    assert again.estimated_ms == pytest.approx(whole.estimated_ms, rel=0.1)
+
+
+def test_out_of_memory_stands_when_the_sizes_go_no_lower(recorded, monkeypatch):
+    task, chip, _, calls = recorded
+    plan, profile = calls
+    starting = [ln for ln in profile["lines"] if "starting" in ln]
+    crash = {**profile, "status": "crashed", "result": {}, "stderr": _OOM, "lines": starting[:1]}
+    replies = iter([plan, crash, plan])  # the second plan reaches the same smallest size
+    monkeypatch.setattr(est, "_run", lambda *a, **k: next(replies))
+    part = est._profile(task, None, chip, "full", None, None, [])
+    assert not part.ok and part.stage == "memory"
+    assert est.MEMORY_RETRIED in part.error and "go no lower" in part.error

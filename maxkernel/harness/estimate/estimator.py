@@ -379,10 +379,19 @@ PARTIAL_FIT = "fitted on the"
 PARTIAL_AGREE = 2.0  # a partial fit's sizes must agree on cycles per unit of work within this factor
 
 
-def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> ProgramEstimate:
+# The profiling process hit its memory guard before two sizes were profiled (4p's and 5p's XLA baselines on v5e, at
+# the sizes their work budget allowed): the sizes are planned again for a budget this many times smaller, once.
+MEMORY_SHRINK = 8
+MEMORY_RETRIED = "planned again for a profiling budget"
+
+
+def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str], shrink: int = 1,
+             below: dict | None = None) -> ProgramEstimate:
     """Two sandboxed jobs: the candidate's process plans the sizes and lowers the program at each (estimate_job);
     a process that never imports candidate code compiles those lowerings with libtpu and reads the profile
-    (estimate_compile_job). Only the plan comes from the first; every cycle from the second."""
+    (estimate_compile_job). Only the plan comes from the first; every cycle from the second. `shrink` divides the
+    profiling budget; `below`, the smallest size of a plan that ran out of memory: a plan that goes no lower than it
+    is not profiled again."""
     settings = get_settings()
     program = "kernel" if kernel else "baseline"
     spec, task_files = task.for_job()
@@ -391,7 +400,7 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
     job = {"kind": "estimate", "task": spec, "kernel": "kernel.py" if kernel else None, "chip": chip.name,
            "size": size, "tunables": tunables or {}, "dims_order": dims_order,
            "xla_dims_order": _dims_order(task, False),  # a candidate with no pallas_call is planned as XLA's program
-           "budget": {"flops": settings.estimate_max_gflop * 1e9, "bytes": settings.estimate_max_mb * 2**20,
+           "budget": {"flops": settings.estimate_max_gflop * 1e9 / shrink, "bytes": settings.estimate_max_mb * 2**20 / shrink,
                       "tiles": KERNEL_TILES, "min_share": KERNEL_MIN_SHARE,
                       "full_bytes": full_bytes}, "guard": jobs_guarded()}
     files = dict(task_files)
@@ -408,6 +417,8 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
     points = [ln["lowered"] for ln in planned["lines"] if "lowered" in ln]
     if not head or not points or len(planned["lowered"]) != len(points):
         return ProgramEstimate(**base, stage="sandbox", error="the planning job wrote no plan or lost a lowering")
+    if below is not None and points[0].get("dims") == below:
+        return ProgramEstimate(**base, stage="plan", error=f"the sizes go no lower than {below}")
     trusted = {"kind": "estimate_compile", "chip": chip.name, "libtpu_flags": flags,
                "points": [{**pt, "file": f"lowered_{i}.mlir"} for i, pt in enumerate(points)]}
     texts = {f"lowered_{i}.mlir": planned["lowered"][pt["file"]] for i, pt in enumerate(points)}
@@ -415,6 +426,8 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
     failed = _failed(base, profiled, settings, kernel)
     done = [ln for ln in profiled["lines"] if "point" in ln]
     if failed and not (failed.stage in _PARTIAL_STAGES and len(done) >= 2):
+        if failed.stage == "memory" and shrink == 1:
+            return _smaller(task, kernel, chip, size, tunables, timeout, flags, failed, points[0].get("dims"))
         return failed
     disagree = _disagree([ln["point"] for ln in done]) if failed else None
     if disagree:
@@ -431,6 +444,20 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str]) -> P
         out.limits.append(f"{PARTIAL_FIT} {len(done)} of {len(points)} planned sizes: {failed.error}")
         out.partial_stage = failed.stage
     return out
+
+
+def _smaller(task, kernel, chip, size, tunables, timeout, flags, failed: ProgramEstimate,
+             smallest: dict | None) -> ProgramEstimate:
+    """A program whose smallest planned size already ran the profiler out of memory, profiled again at sizes planned
+    for a budget MEMORY_SHRINK times smaller: priced, and said so (the line reaches further to the full size), or
+    the memory failure stands with what the second plan met."""
+    again = _profile(task, kernel, chip, size, tunables, timeout, flags, shrink=MEMORY_SHRINK, below=smallest)
+    if again.ok:
+        again.limits.append(f"{MEMORY_RETRIED} {MEMORY_SHRINK} times smaller after {failed.error}: the profiled "
+                            "sizes are further from the full size")
+        return again
+    failed.error = f"{failed.error}; {MEMORY_RETRIED} {MEMORY_SHRINK} times smaller: {again.error}"
+    return failed
 
 
 def point_cycles(point: dict) -> int:
