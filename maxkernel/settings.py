@@ -85,6 +85,8 @@ class Settings(BaseSettings):
     estimate_max_gflop: float = Field(default=20.0, gt=0, description="Largest program (GFLOP) profiled; larger ones are "
                                       "shrunk along parallel dimensions and extrapolated.")
     estimate_max_mb: float = Field(default=512.0, gt=0, description="Same, for the HBM bytes a profiled program moves.")
+    estimate_in_parts: bool = Field(default=False, description="Price every kernel in parts (each pallas_call alone, "
+                                    "its grid cut, plus the XLA around them), not only one no task size shrinks whole.")
 
 
     allow_unisolated: bool = Field(default=False, description="Accept a 'correct' verdict from a run without the "

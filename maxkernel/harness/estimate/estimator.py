@@ -315,7 +315,7 @@ def _method_digest() -> str:
 def _key(task, source: bytes, chip, size: str, tunables: dict | None, settings) -> str:
     parts = [_method_digest(), task.name, task.digest, hashlib.sha256(source).hexdigest(), chip.name, size,
              json.dumps(tunables or {}, sort_keys=True), libtpu_version(), settings.estimate_max_gflop,
-             settings.estimate_max_mb]
+             settings.estimate_max_mb] + (["in parts"] if settings.estimate_in_parts else [])
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
 
 
@@ -386,12 +386,11 @@ MEMORY_RETRIED = "planned again for a profiling budget"
 
 
 def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str], shrink: int = 1,
-             below: dict | None = None) -> ProgramEstimate:
+             below: list | None = None) -> ProgramEstimate:
     """Two sandboxed jobs: the candidate's process plans the sizes and lowers the program at each (estimate_job);
     a process that never imports candidate code compiles those lowerings with libtpu and reads the profile
     (estimate_compile_job). Only the plan comes from the first; every cycle from the second. `shrink` divides the
-    profiling budget; `below`, the smallest size of a plan that ran out of memory: a plan that goes no lower than it
-    is not profiled again."""
+    profiling budget; `below`, the sizes of a plan that ran out of memory: the same plan is not profiled again."""
     settings = get_settings()
     program = "kernel" if kernel else "baseline"
     spec, task_files = task.for_job()
@@ -402,7 +401,7 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str], shri
            "xla_dims_order": _dims_order(task, False),  # a candidate with no pallas_call is planned as XLA's program
            "budget": {"flops": settings.estimate_max_gflop * 1e9 / shrink, "bytes": settings.estimate_max_mb * 2**20 / shrink,
                       "tiles": KERNEL_TILES, "min_share": KERNEL_MIN_SHARE,
-                      "full_bytes": full_bytes}, "guard": jobs_guarded()}
+                      "full_bytes": full_bytes}, "guard": jobs_guarded(), "in_parts": settings.estimate_in_parts}
     files = dict(task_files)
     if kernel:
         files["kernel.py"] = Path(kernel).read_bytes()
@@ -417,17 +416,27 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str], shri
     points = [ln["lowered"] for ln in planned["lines"] if "lowered" in ln]
     if not head or not points or len(planned["lowered"]) != len(points):
         return ProgramEstimate(**base, stage="sandbox", error="the planning job wrote no plan or lost a lowering")
-    if below is not None and points[0].get("dims") == below:
-        return ProgramEstimate(**base, stage="plan", error=f"the sizes go no lower than {below}")
+    if below is not None and _sizes(points) == below:
+        return ProgramEstimate(**base, stage="plan", error=f"the sizes go no lower than {below[0]}")
     trusted = {"kind": "estimate_compile", "chip": chip.name, "libtpu_flags": flags,
                "points": [{**pt, "file": f"lowered_{i}.mlir"} for i, pt in enumerate(points)]}
     texts = {f"lowered_{i}.mlir": planned["lowered"][pt["file"]] for i, pt in enumerate(points)}
     profiled = _run(trusted, texts, max(budget - (time.monotonic() - t0), 1.0), PROFILE_PROGRESS_FILE)
     failed = _failed(base, profiled, settings, kernel)
     done = [ln for ln in profiled["lines"] if "point" in ln]
+    if head[0]["plan"].get("split"):  # priced in parts: every part is needed
+        if failed:
+            if failed.stage == "memory" and shrink == 1:  # the parts cut further, for a smaller budget
+                return _smaller(task, kernel, chip, size, tunables, timeout, flags, failed, _sizes(points))
+            return failed
+        try:
+            return _fit_split(base, head + done, task, chip, size, full_bytes)
+        except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError, StopIteration) as exc:
+            return ProgramEstimate(**base, stage="sandbox",
+                                   error=f"the profile job wrote a malformed record ({type(exc).__name__}: {exc})")
     if failed and not (failed.stage in _PARTIAL_STAGES and len(done) >= 2):
         if failed.stage == "memory" and shrink == 1:
-            return _smaller(task, kernel, chip, size, tunables, timeout, flags, failed, points[0].get("dims"))
+            return _smaller(task, kernel, chip, size, tunables, timeout, flags, failed, _sizes(points))
         return failed
     disagree = _disagree([ln["point"] for ln in done]) if failed else None
     if disagree:
@@ -446,8 +455,13 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str], shri
     return out
 
 
+def _sizes(points: list[dict]) -> list:
+    """What a plan profiles, point by point: a size's dims, or a split part's cut grid."""
+    return [p.get("grid") or p.get("dims") for p in points]
+
+
 def _smaller(task, kernel, chip, size, tunables, timeout, flags, failed: ProgramEstimate,
-             smallest: dict | None) -> ProgramEstimate:
+             smallest: list) -> ProgramEstimate:
     """A program whose smallest planned size already ran the profiler out of memory, profiled again at sizes planned
     for a budget MEMORY_SHRINK times smaller: priced, and said so (the line reaches further to the full size), or
     the memory failure stands with what the second plan met."""
@@ -715,6 +729,62 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
                            static_cycles_ms=raw_full / clock * 1e3,
                            fraction_of_roofline=roofline / estimated if roofline else None,
                            fit=fit, limits=limits, data_dependent=data_dependent, under_priced=under)
+
+
+SPLIT = "priced in parts"
+
+
+def _fit_split(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) -> ProgramEstimate:
+    """A kernel no size of the task shrinks whole, priced as the sum of its parts: each pallas_call's own cycles
+    (only the kernel's op: a lone call's layout copies are not the program's), read at its full grid on the line
+    through its two cut sizes, plus the XLA around the kernels at its HBM floor. The sum then goes through the
+    ordinary fit at x = 1, for floors, bound and limits."""
+    head = next(ln for ln in lines if "plan" in ln)
+    done = [ln["point"] for ln in lines if "point" in ln]
+    clock, bw = chip.clock, chip.device_hbm_bytes_per_s
+
+    def cost(p: dict) -> float:
+        keep, trips = set(p.get("kernel_ops") or ()), p.get("trips") or {}
+        cyc = sum(int(c) * max(int(trips.get(n, 1)), 1) for n, c in p["ops"].items() if n in keep)
+        fill = sum(int(b) * max(int(trips.get(n, 1)), 1) for n, b in p["zero_cycle_bytes"].items() if n in keep)
+        return cyc + fill / bw * clock
+
+    parts, limits, total, reach = [], [], 0.0, 1.0
+    for i in sorted({p["part"] for p in done}):
+        pts = sorted((p for p in done if p["part"] == i), key=lambda p: float(p["x"]))
+        xs, ys = [float(p["x"]) for p in pts], [cost(p) for p in pts]
+        if not ys[-1]:
+            raise ValueError(f"part {i}: no kernel op in its profile")
+        if xs[-1] >= 1 - 1e-12:
+            full, how = ys[-1], "profiled whole"
+        elif len(xs) >= 2 and ys[-1] > ys[0] and xs[-1] > xs[0]:
+            full = ys[0] + (ys[-1] - ys[0]) / (xs[-1] - xs[0]) * (1 - xs[0])
+            how = f"line through {len(xs)} cut grids"
+        else:
+            full, how = ys[-1] / xs[-1], "scaled in proportion from its largest cut grid"
+            limits.append(f"part {i}: its cycles do not grow with its tiles: {how}")
+        reach = max(reach, 1 / xs[-1])
+        parts.append({"part": i, "grids": [p.get("grid") for p in pts], "x": xs, "cycles": [round(y) for y in ys],
+                      "cycles_full": round(full), "how": how})
+        total += full
+    glue = head["plan"].get("glue") or {"bytes": 0, "ops": 0}
+    glue_cycles = glue["bytes"] / bw * clock
+    unknown = [lp["name"] for p in done for lp in p.get("loops") or [] if lp.get("trip_count") is None]
+    synthetic = {"dims": head["plan"]["full_dims"], "x": 1.0, "tiles": None,
+                 "ops": {"parts": round(total + glue_cycles)}, "zero_cycle_bytes": {}, "trips": {},
+                 "compile_s": sum(float(p.get("compile_s") or 0) for p in done)}
+    out = _fit(base, [head, {"point": synthetic}], task, chip, size, io_bytes)
+    out.fit.update(how=f"{SPLIT}: {len(parts)} pallas_calls, each alone on its full-size operands with its grid cut "
+                       "along parallel axes and read at its full grid, plus the XLA around them at its HBM floor",
+                   parts=parts, glue=glue, glue_cycles=round(glue_cycles))
+    out.limits[:0] = [f"{SPLIT}: each pallas_call alone, its grid cut along parallel axes (extrapolated up to "
+                      f"{reach:.3g} times its tiles); the XLA around the kernels ({glue['ops']} operations, "
+                      f"{glue['bytes'] / 2**20:.3g} MiB in and out, reshapes free) at its HBM floor, not profiled; "
+                      "what the parts would overlap in one program is not seen", *limits] + (
+        [f"loops whose trip count could not be read were priced once: {', '.join(sorted(set(unknown)))}"]
+        if unknown else [])
+    out.uncertainty["extrapolation"] = reach
+    return out
 
 
 def _uncertainty(rows: list[dict], residual: float | None, estimated: float, cycles_ms: float, floor_ms: float) -> dict:

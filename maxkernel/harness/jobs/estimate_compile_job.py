@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def run(job: dict, scratch: Path) -> dict:
     for point in job["points"]:
         # Three sizes on one line are enough; a bend (the pipeline not yet in its steady state at a few tiles)
         # brings in the next larger size, and the fit then uses the largest three.
-        if len(done) >= 3 and linear(done):
+        if len(done) >= 3 and linear(done) and "part" not in point:  # a split plan's points are all needed
             break
         _line(progress, {"starting": point["dims"]})
         try:
@@ -83,7 +84,9 @@ def profiled_compile(text: str, device, dump: Path) -> dict:
     zero = zero_cycle_bytes(hlo, [n for n, c in ops.items() if c == 0])
     # The profile prices each op once; an op inside a while loop runs once per trip (hlo_loops).
     trips, loops = hlo_loops.op_trips(hlo)
+    kernels = re.findall(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*custom_call_target=\"tpu_custom_call\"", hlo, re.M)
     return {"ops": ops, "zero_cycle_bytes": zero, "compile_s": compile_s, "profile_files": len(list(dump.glob("*"))),
+            "kernel_ops": sorted(set(kernels) & set(ops)),
             "trips": {n: t for n, t in trips.items() if n in ops},
             "loops": [{"name": lp["name"], "trip_count": lp["trip_count"], "why": lp["why"]} for lp in loops]}
 

@@ -291,6 +291,138 @@ def _same_kernel(full: dict, shrunk: dict) -> bool:
     return fewer
 
 
+def halvings(grid: list[int], parallel: list[bool]) -> list[tuple]:
+    """A pallas_call's grid cut in half 0, 1, 2, ... times along its parallel axes, the leading axis first (a batch
+    or head axis, whose tiles cost alike, before a query-block axis, whose causal tiles do not); a dynamic grid is
+    never cut."""
+    g = list(grid)
+    out = [tuple(g)]
+    if any(n < 0 for n in g):
+        return out
+    while True:
+        axis = next((i for i, (n, par) in enumerate(zip(g, parallel)) if par and n > 1 and n % 2 == 0), None)
+        if axis is None:
+            return out
+        g[axis] //= 2
+        out.append(tuple(g))
+
+
+def with_grids(closed, grids: list[tuple]):
+    """The closed jaxpr with its pallas_calls' grids replaced, in the order pallas_facts lists them (operands, blocks,
+    bodies and index maps unchanged): the same program visiting fewer tiles."""
+    import dataclasses
+
+    from jax.extend import core as jcore
+
+    it = iter(grids)
+
+    def sub(v):
+        if isinstance(v, jcore.ClosedJaxpr):
+            return jcore.ClosedJaxpr(walk(v.jaxpr), v.consts)
+        if isinstance(v, jcore.Jaxpr):
+            return walk(v)
+        if isinstance(v, (tuple, list)) and any(isinstance(x, (jcore.ClosedJaxpr, jcore.Jaxpr)) for x in v):
+            return type(v)(sub(x) for x in v)
+        return v
+
+    def walk(jaxpr):
+        eqns = []
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "pallas_call":
+                gm = eqn.params["grid_mapping"]
+                eqns.append(eqn.replace(params={**eqn.params, "grid_mapping": dataclasses.replace(gm, grid=next(it))}))
+            else:
+                eqns.append(eqn.replace(params={k: sub(v) for k, v in eqn.params.items()}))
+        return jaxpr.replace(eqns=eqns)
+
+    return jcore.ClosedJaxpr(walk(closed.jaxpr), closed.consts)
+
+
+SPLIT_MIN_TILES = 8  # a part's smaller profiled size keeps at least this many tiles (past the pipeline's fill)
+# The last parallel axis (an attention's query blocks: the causal ones see more keys the later they come; a GEMM's
+# column tiles) is cut only down to this many tiles: the axes before it cost alike per tile.
+SPLIT_LAST_AXIS_TILES = 64
+
+
+def split_plan(closed, budget_flops: float = float("inf")) -> list[dict]:
+    """The points of a kernel priced in parts, where no size of the task shrinks the whole program: each pallas_call
+    alone, its operands at full size and its grid cut along parallel axes to the fewest tiles that still hold
+    SPLIT_MIN_TILES (and that twice; the last parallel axis not below SPLIT_LAST_AXIS_TILES unless the larger point
+    would still do more than _HARD_FACTOR times `budget_flops`, by the body's FLOPs per tile), or whole where
+    smaller. Each point: {part, grid, x (its share of the call's tiles), tiles}. The XLA around the kernels is priced
+    apart (glue_bytes): at full size its profile can pass the memory guard."""
+    facts = pallas_facts(closed)["pallas_calls"]
+    flops = tile_flops(closed)
+    points = []
+    for i, call in enumerate(facts):
+        cuts = halvings(call["grid"], call["parallel"])
+        full = math.prod(call["grid"]) if all(g > 0 for g in call["grid"]) else None
+        last = max((a for a, par in enumerate(call["parallel"]) if par), default=None)
+        per_tile = flops[i]
+        ok = [g for g in cuts if math.prod(g) >= SPLIT_MIN_TILES] or cuts[:1]
+        lead = [g for g in ok if last is None or g[last] == call["grid"][last] or math.prod(g) >= SPLIT_LAST_AXIS_TILES]
+        if lead and 2 * math.prod(lead[-1]) * per_tile <= _HARD_FACTOR * budget_flops:
+            ok = lead  # the last axis kept whole: its tiles may not cost alike
+        level = len(ok) - 1
+        for g in dict.fromkeys(cuts[max(level - 1, 0):level + 1][::-1]):  # the smaller first, then twice its tiles
+            points.append({"part": i, "grid": list(g), "tiles": math.prod(g) if full else None,
+                           "x": math.prod(g) / full if full else 1.0})
+    return points
+
+
+def tile_flops(closed) -> list[float]:
+    """Each pallas_call's FLOPs per grid step: its body's census (matmuls, elementwise, loops times their trips)."""
+    from maxkernel.harness.verdict.integrity import census
+
+    return [census(e.params["jaxpr"]).total_flops for e in _walk(closed.jaxpr) if e.primitive.name == "pallas_call"]
+
+
+_VIEWS = {"reshape", "squeeze", "expand_dims"}  # a layout-preserving view: no bytes move
+
+
+def glue_bytes(closed) -> dict:
+    """The XLA around a program's kernels, at its HBM floor: the bytes each operation outside every pallas_call reads
+    and writes (nested jaxprs walked, views counted free), and how many operations that is."""
+    total, ops = 0, 0
+
+    def walk(jaxpr):
+        nonlocal total, ops
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "pallas_call":
+                continue
+            inner = [getattr(v, "jaxpr", v) for v in eqn.params.values() if hasattr(getattr(v, "jaxpr", v), "eqns")]
+            if inner:
+                for sub in inner:
+                    walk(sub)
+                continue
+            if eqn.primitive.name in _VIEWS:
+                continue
+            ops += 1
+            total += sum(_nbytes(v.aval) for v in [*eqn.invars, *eqn.outvars] if hasattr(v.aval, "shape"))
+
+    walk(closed.jaxpr)
+    return {"bytes": total, "ops": ops}
+
+
+def split_lowering(closed, point: dict, chip, device) -> str:
+    """One split point's lowering: a pallas_call alone, its grid cut, on its full-size operands."""
+    import dataclasses
+
+    import jax
+    from jax.extend import core as jcore
+
+    eqn = [e for e in _walk(closed.jaxpr) if e.primitive.name == "pallas_call"][point["part"]]
+    params = {**eqn.params, "grid_mapping": dataclasses.replace(eqn.params["grid_mapping"], grid=tuple(point["grid"]))}
+    fixed = {i: v.val for i, v in enumerate(eqn.invars) if isinstance(v, jcore.Literal)}
+    args = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for i, v in enumerate(eqn.invars) if i not in fixed]
+
+    def alone(*a):
+        it = iter(a)
+        return eqn.primitive.bind(*[fixed[i] if i in fixed else next(it) for i in range(len(eqn.invars))], **params)
+
+    return _lowered_text(alone, args, chip, device)
+
+
 class NotAKernel(ValueError):
     """The candidate traced to a program without a pallas_call."""
 
@@ -597,6 +729,7 @@ def run(job: dict, scratch: Path) -> dict:
     from maxkernel.harness.jobs import compile_job
     from maxkernel.harness.jobs.candidate_job import job_guard, load_kernel
     from maxkernel.harness.hints.diagnose import hint_for
+    from maxkernel.harness.verdict.integrity import fingerprint
     from maxkernel.tasks import load_task
 
     chip = chips_mod.get(job["chip"])
@@ -628,6 +761,12 @@ def run(job: dict, scratch: Path) -> dict:
         return {"status": "error", "stage": "lower", "error": compile_job.trim_error(exc), "hint": hint_for(full, chip)}
     traffic = (block_traffic(steps["full_jaxpr"]) if steps["full_facts"]["pallas_calls"]
                else {"bytes": None, "notes": []})
+    if is_kernel and not steps.get("plain_jax") and (not steps["reached_budget"] or job.get("in_parts")):
+        # No size shrinks the whole program (3p's six kernels): each pallas_call priced alone, and the XLA around them.
+        steps = {**steps, "split": split_plan(steps["full_jaxpr"], job["budget"]["flops"]),
+                 "glue": glue_bytes(steps["full_jaxpr"]),
+                 "reached_budget": True,
+                 "fingerprints": _distinct([fingerprint(steps["full_jaxpr"])])}
     _line(progress, {"plan": {k: v for k, v in steps.items() if k not in ("full_facts", "full_jaxpr")},
                      "facts": steps["full_facts"], "block_traffic": traffic})
     if not steps["reached_budget"]:
@@ -650,6 +789,18 @@ def run(job: dict, scratch: Path) -> dict:
         return {"status": "error", "stage": "compile", "error": device}
     lowered = Path(scratch) / LOWERED_DIR
     lowered.mkdir(exist_ok=True)
+    if steps.get("split"):
+        for i, point in enumerate(steps["split"]):
+            point = {**point, "dims": steps["full_dims"]}
+            _line(progress, {"starting": {"part": point["part"], "grid": point["grid"]}})
+            try:
+                (lowered / f"{i}.mlir").write_text(split_lowering(steps["full_jaxpr"], point, chip, device))
+            except Exception as exc:  # noqa: BLE001
+                full = str(exc)
+                return {"status": "error", "stage": "compile", "error": compile_job.trim_error(exc),
+                        "hint": hint_for(full, chip), "vmem_bytes": compile_job.vmem_from_error(full)}
+            _line(progress, {"lowered": {**point, "file": f"{LOWERED_DIR}/{i}.mlir"}})
+        return {"status": "ok", "libtpu": libtpu_version()}
     for i, point in enumerate(steps["points"]):
         _line(progress, {"starting": point["dims"]})
         try:
