@@ -45,7 +45,9 @@ def run(job: dict, scratch: Path) -> dict:
         # brings in the next larger size, and the fit then uses the largest three.
         if len(done) >= 3 and linear(done) and "part" not in point:  # a split plan's points are all needed
             break
-        _line(progress, {"starting": point["dims"]})
+        # A split plan's point is one pallas_call at a cut grid, all at the full size's dims: named by part and grid.
+        _line(progress, {"starting": {"pallas_call": point["part"], "grid": point["grid"]} if "part" in point
+                         else point["dims"]})
         try:
             text = (Path(scratch) / point["file"]).read_text()
             got = profiled_compile(text, device, dump)
