@@ -61,8 +61,10 @@ def _rotate_half(x):
 
 
 def _rope(x, cos, sin):
-    """RoPE of x [rows, d] in the activation dtype, computed in f32 like the baseline."""
-    return x.astype(jnp.float32) * cos + _rotate_half(x) * sin
+    """RoPE of x [rows, d] (f32 holding activation-dtype values), in f32 like the baseline. The permutation matmul
+    takes f32 operands: exact for such values, and libtpu's profiler rejects a bf16 one this narrow (an LLO type
+    check on a 64-lane masked matmul) where Mosaic compiles it."""
+    return x * cos + _rotate_half(x) * sin
 
 
 # ---- GEMMs -------------------------------------------------------------------------------------------------------
@@ -130,18 +132,21 @@ def _gemm(a, b, *, block_m, block_n, block_k, epilogue=_plain, extra=(), extra_s
 
 def _q_latent_epilogue(acc_ref, extra, outs):
     (scale_ref,) = extra
-    c = acc_ref[...].astype(outs[0].dtype).astype(jnp.float32)  # the baseline rounds the projection first
-    outs[0][...] = _rms(c, scale_ref).astype(outs[0].dtype)
+    # The baseline rounds the projection to the activation dtype first. The rounding goes through the output block
+    # (stored, then read back): libtpu's profiler rejects a pack unpacked straight back to f32 (an LLO type check)
+    # where Mosaic compiles it.
+    outs[0][...] = acc_ref[...].astype(outs[0].dtype)
+    outs[0][...] = _rms(outs[0][...].astype(jnp.float32), scale_ref).astype(outs[0].dtype)
 
 
 def _kv_latent_epilogue(acc_ref, extra, outs, *, kv_lora):
     scale_ref, cos_ref, sin_ref = extra
     c_kv_ref, k_pe_ref = outs
     dt = c_kv_ref.dtype
-    latent = acc_ref[:, :kv_lora].astype(dt).astype(jnp.float32)
-    c_kv_ref[...] = _rms(latent, scale_ref).astype(dt)
-    pe = acc_ref[:, kv_lora:].astype(dt)
-    k_pe_ref[...] = _rope(pe, cos_ref[...], sin_ref[...]).astype(dt)
+    c_kv_ref[...] = acc_ref[:, :kv_lora].astype(dt)  # rounded through the output block, as in the q latent's
+    c_kv_ref[...] = _rms(c_kv_ref[...].astype(jnp.float32), scale_ref).astype(dt)
+    k_pe_ref[...] = acc_ref[:, kv_lora:].astype(dt)
+    k_pe_ref[...] = _rope(k_pe_ref[...].astype(jnp.float32), cos_ref[...], sin_ref[...]).astype(dt)
 
 
 class _Spec:
@@ -162,7 +167,8 @@ def _attention_kernel(q_ref, kv_ref, kpe_ref, cos_ref, sin_ref, o_ref, qn_ref, q
     def _init():
         for t in range(2):
             qn_ref[t] = q_ref[:, t * qk:t * qk + nope]
-            qp_ref[t] = _rope(q_ref[:, t * qk + nope:(t + 1) * qk], cos_ref[...], sin_ref[...]).astype(qp_ref.dtype)
+            q_pe = q_ref[:, t * qk + nope:(t + 1) * qk]
+            qp_ref[t] = _rope(q_pe.astype(jnp.float32), cos_ref[...], sin_ref[...]).astype(qp_ref.dtype)
         m_ref[...] = jnp.full_like(m_ref, -jnp.inf)
         l_ref[...] = jnp.zeros_like(l_ref)
         acc_ref[...] = jnp.zeros_like(acc_ref)
