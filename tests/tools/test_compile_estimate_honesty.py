@@ -281,7 +281,7 @@ def test_a_kernel_the_llo_type_check_rejects_is_told_the_known_rewrites():
 
     assert est._RETRY_FLAG in crash("kernel", []).hint  # the flag first
     hint = crash("kernel", [est._RETRY_FLAG]).hint
-    assert "bitcast" in hint and "im2col" in hint and "multiple of 16" in hint
+    assert "VMEM ref" in hint and "im2col" in hint and "multiple of 16" in hint and "64 lanes" in hint
     assert crash("baseline", [est._RETRY_FLAG]).hint == est._UNPRICEABLE_HINT  # XLA's program: no rewrite to offer
 
 

@@ -86,11 +86,14 @@ _MEMORY = ("std::bad_alloc", "Cannot allocate memory", "out of memory", "MemoryE
 # far has an equivalent rewrite (docs/kernels.md), so the hint names them instead of calling the kernel unpriceable.
 _VECTOR_CHECK = "Expected vector"
 _VECTOR_HINT = ("libtpu's LLO type check aborts the profile of a few constructs that compile; rewrites that avoid "
-                "the ones found so far: (1) an f32 -> bf16 -> f32 round trip such as v - v.astype(bf16).astype(f32): "
-                "clear v's low 16 bits with a bitcast instead; (2) a bf16 block built by slicing and stacking (an "
-                "im2col block): stack in f32 and cast once; (3) a bf16 dot whose left operand's row count is not a "
-                "multiple of 16: pad the rows to 32. Bisect at smoke size (maxkernel estimate --size smoke) to find "
-                "the line")
+                "the ones found so far: (1) an f32 -> bf16 -> f32 round trip such as v.astype(bf16).astype(f32): "
+                "store the bf16 value to a VMEM ref (the output block or a scratch) and load it back (3p; the same "
+                "rounding done on the bits with a bitcast aborted too); (2) a bf16 block built by slicing and "
+                "stacking (an im2col block): stack in f32 and cast once; (3) a bf16 dot whose left operand's row "
+                "count is not a multiple of 16: pad the rows to 32; (4) a bf16 matmul operand 64 lanes wide (a "
+                "64-wide head or RoPE dim, 3p): pair two heads into 128 lanes, or give that matmul f32 "
+                "operands (exact where the values are bf16). Bisect at smoke size (maxkernel estimate --size smoke) "
+                "to find the line")
 # Stages whose outcome the same inputs always repeat: only these are cached.
 _DETERMINISTIC = ("compile", "lower", "import", "plan", "no_pallas")
 # What to do when libtpu's profiler cannot price a program even with _RETRY_FLAG.
