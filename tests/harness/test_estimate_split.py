@@ -107,3 +107,23 @@ def test_a_gemm_priced_in_parts_agrees_with_its_shrunk_estimate(monkeypatch, tmp
     assert parts.limits[0].startswith(est.SPLIT) and not whole.fit.get("parts")
     assert parts.fit["fingerprints"] and parts.fit["fingerprints"][0] == whole.fit["fingerprints"][0]
     assert parts.static_cycles_ms == pytest.approx(whole.static_cycles_ms, rel=0.15)
+
+
+@pytest.mark.unit
+def test_the_profile_job_profiles_every_split_point_even_where_two_share_an_x(tmp_path, monkeypatch):
+    """17p's second call ends at 1/32 of its tiles and its third starts there: the job's early stop on three points
+    in line divided by the zero between two parts' equal x and the whole estimate died (ZeroDivisionError)."""
+    from maxkernel.harness.jobs import compile_job
+    from maxkernel.harness.jobs import estimate_compile_job as cj
+
+    cuts = [((3, 1 / 32), (6, 1 / 16)), ((2, 1 / 64), (4, 1 / 32)), ((3, 1 / 32), (6, 1 / 16))]  # 17p's plan
+    points = [{"part": i, "grid": [g], "x": x, "tiles": g, "dims": {"N": 1536}, "file": f"{i}_{g}.mlir"}
+              for i, pair in enumerate(cuts) for g, x in pair]
+    for p in points:
+        (tmp_path / p["file"]).write_text("")
+    monkeypatch.setattr(compile_job, "_topology_device", lambda chip: object())
+    monkeypatch.setattr(cj, "profiled_compile", lambda text, device, dump: {"ops": {"k": 100}, "zero_cycle_bytes": {},
+                                                                              "compile_s": 0.0, "kernel_ops": ["k"]})
+    assert cj.run({"chip": "v5e", "points": points}, tmp_path)["status"] == "ok"
+    done = [ln for ln in (tmp_path / cj.PROGRESS_FILE).read_text().splitlines() if '"point"' in ln]
+    assert len(done) == 6

@@ -43,7 +43,7 @@ def run(job: dict, scratch: Path) -> dict:
     for point in job["points"]:
         # Three sizes on one line are enough; a bend (the pipeline not yet in its steady state at a few tiles)
         # brings in the next larger size, and the fit then uses the largest three.
-        if len(done) >= 3 and linear(done) and "part" not in point:  # a split plan's points are all needed
+        if "part" not in point and len(done) >= 3 and linear(done):  # a split plan's points are all needed
             break
         # A split plan's point is one pallas_call at a cut grid, all at the full size's dims: named by part and grid.
         _line(progress, {"starting": {"pallas_call": point["part"], "grid": point["grid"]} if "part" in point
