@@ -127,3 +127,43 @@ def test_the_profile_job_profiles_every_split_point_even_where_two_share_an_x(tm
     assert cj.run({"chip": "v5e", "points": points}, tmp_path)["status"] == "ok"
     done = [ln for ln in (tmp_path / cj.PROGRESS_FILE).read_text().splitlines() if '"point"' in ln]
     assert len(done) == 6
+
+
+def _split_lines(cycles: dict) -> list[dict]:
+    """A split profile's lines as the trusted job writes them: part -> [(x, kernel op cycles)]."""
+    head = {"plan": {"full_dims": {"M": 8192}, "shrunk_dims": [], "split": [], "glue": {"bytes": 0, "ops": 0}},
+            "facts": {"pallas_calls": [], "data_dependent": []}, "block_traffic": {"bytes": None, "notes": []}}
+    points = [{"point": {"part": i, "grid": [1], "x": x, "dims": {"M": 8192}, "ops": {"k": c, "copy": 999},
+                         "kernel_ops": ["k"], "zero_cycle_bytes": {"k": 10**9} if c == 0 else {}, "trips": {},
+                         "compile_s": 1.0}} for i, pts in cycles.items() for x, c in pts]
+    return [head, *points]
+
+
+@pytest.mark.unit
+def test_the_parts_are_read_at_their_full_grids_and_summed():
+    from maxkernel import chips
+    from maxkernel.harness.estimate import estimator as est
+    from maxkernel.tasks import load_task
+
+    chip = chips.get("v5e")
+    base = dict(ok=False, program="kernel", chip="v5e", libtpu_flags=[], libtpu="test")
+    # part 0: 1000 cycles of fill plus 100k per 1/8 of its tiles; part 1 profiled whole; the lone call's copy ignored
+    got = est._fit_split(base, _split_lines({0: [(1 / 8, 101_000), (1 / 4, 201_000)], 1: [(1.0, 5_000_000)]}),
+                         load_task("8p_GEMM"), chip, "full", 0)
+    assert got.ok and got.fit["parts"][0]["cycles_full"] == 801_000 and got.fit["parts"][1]["cycles_full"] == 5_000_000
+    assert got.static_cycles_ms == pytest.approx(5_801_000 / chip.clock * 1e3)
+    assert got.uncertainty["extrapolation"] == 4
+
+
+@pytest.mark.unit
+def test_a_part_the_profiler_prices_at_zero_is_a_named_failure_not_its_bytes():
+    """17p's projections: the kernel's op at 0 cycles at both cuts, its full-size operands' bytes as the only cost,
+    the same at each cut; scaled in proportion that read 53 M cycles a part."""
+    from maxkernel import chips
+    from maxkernel.harness.estimate import estimator as est
+    from maxkernel.tasks import load_task
+
+    base = dict(ok=False, program="kernel", chip="v5e", libtpu_flags=[], libtpu="test")
+    got = est._fit_split(base, _split_lines({0: [(1 / 32, 0), (1 / 16, 0)], 1: [(1.0, 5_000)]}),
+                         load_task("8p_GEMM"), chips.get("v5e"), "full", 0)
+    assert not got.ok and got.stage == "abort" and "pallas_call 0 of 2 at 0 cycles" in got.error

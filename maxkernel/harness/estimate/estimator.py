@@ -739,7 +739,8 @@ SPLIT = "priced in parts"
 
 def _fit_split(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) -> ProgramEstimate:
     """A kernel no size of the task shrinks whole, priced as the sum of its parts: each pallas_call's own cycles
-    (only the kernel's op: a lone call's layout copies are not the program's), read at its full grid on the line
+    (only the kernel's op: a lone call's layout copies are not the program's; an op priced at 0 cycles is a named
+    failure, not filled with its full-size bytes), read at its full grid on the line
     through its two cut sizes, plus the XLA around the kernels at its HBM floor. The sum then goes through the
     ordinary fit at x = 1, for floors, bound and limits."""
     head = next(ln for ln in lines if "plan" in ln)
@@ -748,16 +749,18 @@ def _fit_split(base: dict, lines: list[dict], task, chip, size: str, io_bytes: i
 
     def cost(p: dict) -> float:
         keep, trips = set(p.get("kernel_ops") or ()), p.get("trips") or {}
-        cyc = sum(int(c) * max(int(trips.get(n, 1)), 1) for n, c in p["ops"].items() if n in keep)
-        fill = sum(int(b) * max(int(trips.get(n, 1)), 1) for n, b in p["zero_cycle_bytes"].items() if n in keep)
-        return cyc + fill / bw * clock
+        return float(sum(int(c) * max(int(trips.get(n, 1)), 1) for n, c in p["ops"].items() if n in keep))
 
     parts, limits, total, reach = [], [], 0.0, 1.0
     for i in sorted({p["part"] for p in done}):
         pts = sorted((p for p in done if p["part"] == i), key=lambda p: float(p["x"]))
         xs, ys = [float(p["x"]) for p in pts], [cost(p) for p in pts]
-        if not ys[-1]:
-            raise ValueError(f"part {i}: no kernel op in its profile")
+        if not all(ys):
+            # 17p's projections: the profiler priced the kernel's op at 0 cycles at every cut (it saw none of its
+            # work); filled with the op's bytes it read the full-size operands at every cut, the same at each.
+            return ProgramEstimate(**base, stage="abort", error=f"libtpu's profiler priced pallas_call {i} of "
+                                   f"{len({p['part'] for p in done})} at 0 cycles (it sees none of that kernel's "
+                                   "work), so the kernel cannot be priced in parts", hint=_UNPRICEABLE_HINT)
         if xs[-1] >= 1 - 1e-12:
             full, how = ys[-1], "profiled whole"
         elif len(xs) >= 2 and ys[-1] > ys[0] and xs[-1] > xs[0]:
