@@ -307,37 +307,6 @@ def halvings(grid: list[int], parallel: list[bool]) -> list[tuple]:
         out.append(tuple(g))
 
 
-def with_grids(closed, grids: list[tuple]):
-    """The closed jaxpr with its pallas_calls' grids replaced, in the order pallas_facts lists them (operands, blocks,
-    bodies and index maps unchanged): the same program visiting fewer tiles."""
-    import dataclasses
-
-    from jax.extend import core as jcore
-
-    it = iter(grids)
-
-    def sub(v):
-        if isinstance(v, jcore.ClosedJaxpr):
-            return jcore.ClosedJaxpr(walk(v.jaxpr), v.consts)
-        if isinstance(v, jcore.Jaxpr):
-            return walk(v)
-        if isinstance(v, (tuple, list)) and any(isinstance(x, (jcore.ClosedJaxpr, jcore.Jaxpr)) for x in v):
-            return type(v)(sub(x) for x in v)
-        return v
-
-    def walk(jaxpr):
-        eqns = []
-        for eqn in jaxpr.eqns:
-            if eqn.primitive.name == "pallas_call":
-                gm = eqn.params["grid_mapping"]
-                eqns.append(eqn.replace(params={**eqn.params, "grid_mapping": dataclasses.replace(gm, grid=next(it))}))
-            else:
-                eqns.append(eqn.replace(params={k: sub(v) for k, v in eqn.params.items()}))
-        return jaxpr.replace(eqns=eqns)
-
-    return jcore.ClosedJaxpr(walk(closed.jaxpr), closed.consts)
-
-
 SPLIT_MIN_TILES = 8  # a part's smaller profiled size keeps at least this many tiles (past the pipeline's fill)
 # The last parallel axis (an attention's query blocks: the causal ones see more keys the later they come; a GEMM's
 # column tiles) is cut only down to this many tiles: the axes before it cost alike per tile.
