@@ -269,8 +269,12 @@ def versus_expert(rows: list[dict], chip: str) -> dict:
     from maxkernel.evals.stats import FAST_P, fast_key
 
     part = [r for r in rows if r.get("expert")]
-    vs = {r["task"]: vs_expert(((r.get("chips") or {}).get(chip) or {})) for r in part}
-    out = {"tasks": len(part), "experts_correct": sum(bool(r["expert"].get("correct")) for r in part)}
+    cells = {r["task"]: (r.get("chips") or {}).get(chip) or {} for r in part}
+    # A kernel priced at its floor or by scaling (11p's grouped matmul, whose work the profile cannot see) ranks
+    # nothing against the expert either: left out, listed as rough.
+    rough = {t: why for t, cell in cells.items() if vs_expert(cell) and (why := _kernel_rough(cell))}
+    vs = {t: None if t in rough else vs_expert(cell) for t, cell in cells.items()}
+    out = {"tasks": len(part), "experts_correct": sum(bool(r["expert"].get("correct")) for r in part), "rough": rough}
     for p in FAST_P:
         hits = sum(r["correct"] and (p == 0 or (vs[r["task"]] or 0) > p) for r in part)
         out[fast_key(p)] = hits / len(part) if part else None
@@ -320,6 +324,15 @@ def _scaled(cell: dict) -> list[str]:
             if any(x.startswith(prefix + mark) for x in limits)]
 
 
+def _kernel_rough(cell: dict) -> str | None:
+    """Why a chip cell's kernel time is too rough to rank by, or None."""
+    if "kernel" in _scaled(cell):
+        return "kernel scaled from its largest profiled size, not fitted"
+    if "kernel" in _under_priced(cell):
+        return "kernel under-priced: priced at its floor"
+    return None
+
+
 def rough_speedup(cell: dict) -> str | None:
     """Why a chip cell's speedup is too rough to count in fast_p and the geomean, or None when it counts. A program
     priced by scaling its largest profiled size (its cycles did not grow with the work) can be off either way by a
@@ -329,9 +342,7 @@ def rough_speedup(cell: dict) -> str | None:
     scaled = _scaled(cell)
     if scaled:
         return f"{' and '.join(scaled)} scaled from its largest profiled size, not fitted"
-    if "kernel" in _under_priced(cell):
-        return "kernel under-priced: priced at its floor"
-    return None
+    return _kernel_rough(cell)
 
 
 def _markdown(rows: list[dict], summary: dict, chips: list[str]) -> str:
@@ -401,6 +412,8 @@ def _markdown(rows: list[dict], summary: dict, chips: list[str]) -> str:
             lines.append(f"| {c} | {f['tasks']} | {f['experts_correct']} | " + " | ".join(
                 "—" if f[fast_key(p)] is None else f"{f[fast_key(p)]:.0%}" for p in FAST_P) + f" | {geo} |")
     rough = [f"{c}: {t} ({why})" for c in chips for t, why in sorted(summary["by_chip"][c]["all"].get("rough", {}).items())]
+    rough += [f"{c}: {t} against the expert ({why})" for c in chips
+              for t, why in sorted(summary["by_chip"][c]["all"]["vs_expert"].get("rough", {}).items())]
     if rough:
         lines += ["", "Speedups left out of fast_p and the geomean as too rough to rank (the task counts as not "
                   "fast there): " + "; ".join(rough) + "."]

@@ -244,6 +244,16 @@ def test_a_speedup_priced_by_scaling_or_at_the_kernels_floor_is_not_counted_in_f
     assert "9p" not in f["not_estimated"]
     assert "too rough to rank" in _markdown(rows, summarize_table(rows, ["v6e"]), ["v6e"])
 
+    # Against the expert too: 11p's kernel, whose work the profile cannot see, priced at its floor beside an expert
+    # at its own: their ratio of two floors is left out and listed.
+    expert = {"correct": True, "status": "correct", "library": "megablox.gmm"}
+    floored = {"task": "11p", "suite": "jaxbench", "status": "correct", "correct": True, "expert": expert,
+               "chips": {"v6e": {"speedup_vs_expert": 1.0, "configs": {"full": {"limits": [
+                   "under-priced: its static profile is below the task's FLOP floor"]}}}}}
+    vs = summarize_table([floored, {**floored, "task": "fair", "chips": {"v6e": {"speedup_vs_expert": 1.2}}}],
+                         ["v6e"])["by_chip"]["v6e"]["all"]["vs_expert"]
+    assert set(vs["rough"]) == {"11p"} and vs["estimated"] == 1 and vs["geomean_speedup"] == pytest.approx(1.2)
+
 
 @pytest.mark.unit
 def test_a_degenerate_row_is_listed_and_counted_in_no_figure():
