@@ -759,23 +759,13 @@ def run(job: dict, scratch: Path) -> dict:
         return {"status": "error", "stage": "compile", "error": device}
     lowered = Path(scratch) / LOWERED_DIR
     lowered.mkdir(exist_ok=True)
-    if steps.get("split"):
-        for i, point in enumerate(steps["split"]):
-            point = {**point, "dims": steps["full_dims"]}
-            _line(progress, {"starting": {"part": point["part"], "grid": point["grid"]}})
-            try:
-                (lowered / f"{i}.mlir").write_text(split_lowering(steps["full_jaxpr"], point, chip, device))
-            except Exception as exc:  # noqa: BLE001
-                full = str(exc)
-                return {"status": "error", "stage": "compile", "error": compile_job.trim_error(exc),
-                        "hint": hint_for(full, chip), "vmem_bytes": compile_job.vmem_from_error(full)}
-            _line(progress, {"lowered": {**point, "file": f"{LOWERED_DIR}/{i}.mlir"}})
-        return {"status": "ok", "libtpu": libtpu_version()}
-    for i, point in enumerate(steps["points"]):
-        _line(progress, {"starting": point["dims"]})
+    split = steps.get("split")  # priced in parts: each point is one pallas_call at a cut grid
+    for i, point in enumerate([{**p, "dims": steps["full_dims"]} for p in split] if split else steps["points"]):
+        _line(progress, {"starting": {"part": point["part"], "grid": point["grid"]} if split else point["dims"]})
         try:
-            structs = _structs_at(task, point["dims"], size)
-            (lowered / f"{i}.mlir").write_text(_lowered_text(fn, structs, chip, device))
+            text = (split_lowering(steps["full_jaxpr"], point, chip, device) if split
+                    else _lowered_text(fn, _structs_at(task, point["dims"], size), chip, device))
+            (lowered / f"{i}.mlir").write_text(text)
         except Exception as exc:  # noqa: BLE001
             full = str(exc)
             return {"status": "error", "stage": "compile", "error": compile_job.trim_error(exc),
