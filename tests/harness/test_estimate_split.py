@@ -1,7 +1,7 @@
 """A kernel priced in parts: where no size of the task shrinks the whole program (3p's six pallas_calls: num_heads is
 the output projection's reduction, emb_dim the down-projections', seq_len quadratic in attention), each pallas_call
 is profiled alone on its full-size operands with its grid cut along parallel axes, the XLA around the kernels priced at
-its HBM floor, and the parts summed."""
+its roofline floor (each operation's bytes or FLOPs), and the parts summed."""
 
 import jax
 import jax.numpy as jnp
@@ -48,8 +48,44 @@ def test_the_split_cuts_each_call_to_a_few_tiles_and_keeps_an_odd_one_whole():
     assert [(p["grid"], p["tiles"], p["x"]) for p in a] == [([2, 4], 8, 8 / 64), ([4, 4], 16, 16 / 64)]
     assert [(p["grid"], p["x"]) for p in points if p["part"] == 1] == [([3], 1.0)]
     assert len(points) == 3
-    glue = ej.glue_bytes(_closed())  # tanh of y (in and out), the two sums, the add; no pallas_call counted
-    assert glue == {"bytes": 2 * 24 * 128 * 4 + 128 * 512 * 4 + 4 + 24 * 128 * 4 + 4 + 3 * 4, "ops": 4}
+    glue = ej.glue_work(_closed())  # tanh of y (in and out), the two sums, the add; no pallas_call counted
+    assert glue["bytes"] == 2 * 24 * 128 * 4 + 128 * 512 * 4 + 4 + 24 * 128 * 4 + 4 + 3 * 4 and glue["ops"] == 4
+    assert glue["flops"] == 24 * 128 + 128 * 512 + 24 * 128 + 1 and len(glue["work"]) == 4
+
+
+def _matmul_between(x, y, w):
+    """Two kernels with a matmul left to XLA between them (the verdict allows some of a task's matmul FLOPs
+    outside Pallas), and a scan of elementwise work run 5 times."""
+    a = _two_calls(x, y)
+    z = jnp.dot(w, w, preferred_element_type=jnp.float32)
+    z, _ = jax.lax.scan(lambda c, _: (jnp.sin(c), None), z, None, length=5)
+    return a + z.sum()
+
+
+@pytest.mark.unit
+def test_a_matmul_left_in_the_xla_between_kernels_is_priced_by_its_flops_not_its_bytes():
+    """Attack: a kernel priced in parts moves a matmul out of Pallas into the XLA around its kernels, priced only
+    by the bytes it reads and writes (3 x 2 MiB: 8 us on a v5e), where its 2 x 1024^3 FLOPs need 11 us at peak."""
+    from maxkernel import chips
+    from maxkernel.harness.estimate import estimator as est
+    from maxkernel.tasks import load_task
+
+    closed = jax.jit(_matmul_between).trace(jax.ShapeDtypeStruct((128, 512), jnp.float32),
+                                            jax.ShapeDtypeStruct((24, 128), jnp.float32),
+                                            jax.ShapeDtypeStruct((1024, 1024), jnp.float32)).jaxpr
+    glue = ej.glue_work(closed)
+    mm = 2 * 1024**3
+    assert [3 * 1024 * 1024 * 4, mm] in glue["work"]  # the dot: w twice in, z out, at its FLOPs
+    assert glue["flops"] >= mm + 5 * 1024 * 1024  # the scan's sin counted at each of its 5 trips
+    chip = chips.get("v5e")
+    base = dict(ok=False, program="kernel", chip="v5e", libtpu_flags=[], libtpu="test")
+    lines = _split_lines({0: [(1.0, 1_000)]})
+    lines[0]["plan"]["glue"] = glue
+    got = est._fit_split(base, lines, load_task("8p_GEMM"), chip, "full", 0)
+    floor = sum(max(b / chip.device_hbm_bytes_per_s, f / chip.device_peak_flops) for b, f in glue["work"])
+    assert got.fit["glue_cycles"] == round(floor * chip.clock)
+    assert got.fit["glue_cycles"] >= mm / chip.device_peak_flops * chip.clock  # the matmul at peak, at least
+    assert "work" not in got.fit["glue"] and "FLOPs) each operation at its roofline floor" in got.limits[0]
 
 
 @pytest.mark.unit

@@ -741,7 +741,7 @@ def _fit_split(base: dict, lines: list[dict], task, chip, size: str, io_bytes: i
     """A kernel no size of the task shrinks whole, priced as the sum of its parts: each pallas_call's own cycles
     (only the kernel's op: a lone call's layout copies are not the program's; an op priced at 0 cycles is a named
     failure, not filled with its full-size bytes), read at its full grid on the line
-    through its two cut sizes, plus the XLA around the kernels at its HBM floor. The sum then goes through the
+    through its two cut sizes, plus the XLA around the kernels at its roofline floor. The sum then goes through the
     ordinary fit at x = 1, for floors, bound and limits."""
     head = next(ln for ln in lines if "plan" in ln)
     done = [ln["point"] for ln in lines if "point" in ln]
@@ -774,18 +774,21 @@ def _fit_split(base: dict, lines: list[dict], task, chip, size: str, io_bytes: i
                       "cycles_full": round(full), "how": how})
         total += full
     glue = head["plan"].get("glue") or {"bytes": 0, "ops": 0}
-    glue_cycles = glue["bytes"] / bw * clock
+    # Each XLA operation at its own roofline floor: its bytes at HBM bandwidth or its FLOPs at peak, the larger.
+    peak = chip.device_peak_flops
+    glue_cycles = sum(max(float(b) / bw, float(f) / peak) for b, f in glue.get("work") or [[glue["bytes"], 0]]) * clock
     unknown = [lp["name"] for p in done for lp in p.get("loops") or [] if lp.get("trip_count") is None]
     synthetic = {"dims": head["plan"]["full_dims"], "x": 1.0, "tiles": None,
                  "ops": {"parts": round(total + glue_cycles)}, "zero_cycle_bytes": {}, "trips": {},
                  "compile_s": sum(float(p.get("compile_s") or 0) for p in done)}
     out = _fit(base, [head, {"point": synthetic}], task, chip, size, io_bytes)
     out.fit.update(how=f"{SPLIT}: {len(parts)} pallas_calls, each alone on its full-size operands with its grid cut "
-                       "along parallel axes and read at its full grid, plus the XLA around them at its HBM floor",
-                   parts=parts, glue=glue, glue_cycles=round(glue_cycles))
+                       "along parallel axes and read at its full grid, plus the XLA around them at its roofline floor",
+                   parts=parts, glue={k: v for k, v in glue.items() if k != "work"}, glue_cycles=round(glue_cycles))
     out.limits[:0] = [f"{SPLIT}: each pallas_call alone, its grid cut along parallel axes (extrapolated up to "
                       f"{reach:.3g} times its tiles); the XLA around the kernels ({glue['ops']} operations, "
-                      f"{glue['bytes'] / 2**20:.3g} MiB in and out, reshapes free) at its HBM floor, not profiled; "
+                      f"{glue['bytes'] / 2**20:.3g} MiB in and out, reshapes free, {float(glue.get('flops') or 0):.3g} "
+                      "FLOPs) each operation at its roofline floor, not profiled; "
                       "what the parts would overlap in one program is not seen", *limits] + (
         [f"loops whose trip count could not be read were priced once: {', '.join(sorted(set(unknown)))}"]
         if unknown else [])

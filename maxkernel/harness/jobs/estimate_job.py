@@ -319,7 +319,7 @@ def split_plan(closed, budget_flops: float = float("inf")) -> list[dict]:
     SPLIT_MIN_TILES (and that twice; the last parallel axis not below SPLIT_LAST_AXIS_TILES unless the larger point
     would still do more than _HARD_FACTOR times `budget_flops`, by the body's FLOPs per tile), or whole where
     smaller. Each point: {part, grid, x (its share of the call's tiles), tiles}. The XLA around the kernels is priced
-    apart (glue_bytes): at full size its profile can pass the memory guard."""
+    apart (glue_work): at full size its profile can pass the memory guard."""
     facts = pallas_facts(closed)["pallas_calls"]
     flops = tile_flops(closed)
     points = []
@@ -349,28 +349,32 @@ def tile_flops(closed) -> list[float]:
 _VIEWS = {"reshape", "squeeze", "expand_dims"}  # a layout-preserving view: no bytes move
 
 
-def glue_bytes(closed) -> dict:
-    """The XLA around a program's kernels, at its HBM floor: the bytes each operation outside every pallas_call reads
-    and writes (nested jaxprs walked, views counted free), and how many operations that is."""
-    total, ops = 0, 0
+def glue_work(closed) -> dict:
+    """The XLA around a program's kernels, for its roofline floor: each operation outside every pallas_call with the
+    bytes it reads and writes and the FLOPs it does (integrity's census formulas: a matmul left in XLA, which the
+    verdict allows up to a share of the task's, is priced by its FLOPs, not by its operands' bytes), nested jaxprs
+    walked (a scan's body times its length), views counted free. {bytes, flops, ops, work: [[bytes, flops], ...]}."""
+    from maxkernel.harness.verdict.integrity import eqn_flops
 
-    def walk(jaxpr):
-        nonlocal total, ops
+    work: list[list[float]] = []
+
+    def walk(jaxpr, times: int):
         for eqn in jaxpr.eqns:
             if eqn.primitive.name == "pallas_call":
                 continue
             inner = [getattr(v, "jaxpr", v) for v in eqn.params.values() if hasattr(getattr(v, "jaxpr", v), "eqns")]
             if inner:
+                trips = int(eqn.params.get("length") or 1) if eqn.primitive.name == "scan" else 1
                 for sub in inner:
-                    walk(sub)
+                    walk(sub, times * trips)
                 continue
             if eqn.primitive.name in _VIEWS:
                 continue
-            ops += 1
-            total += sum(_nbytes(v.aval) for v in [*eqn.invars, *eqn.outvars] if hasattr(v.aval, "shape"))
+            moved = sum(_nbytes(v.aval) for v in [*eqn.invars, *eqn.outvars] if hasattr(v.aval, "shape"))
+            work.append([moved * times, eqn_flops(eqn)[0] * times])
 
-    walk(closed.jaxpr)
-    return {"bytes": total, "ops": ops}
+    walk(closed.jaxpr, 1)
+    return {"bytes": sum(b for b, _ in work), "flops": sum(f for _, f in work), "ops": len(work), "work": work}
 
 
 def split_lowering(closed, point: dict, chip, device) -> str:
@@ -734,7 +738,7 @@ def run(job: dict, scratch: Path) -> dict:
     if is_kernel and not steps.get("plain_jax") and (not steps["reached_budget"] or job.get("in_parts")):
         # No size shrinks the whole program (3p's six kernels): each pallas_call priced alone, and the XLA around them.
         steps = {**steps, "split": split_plan(steps["full_jaxpr"], job["budget"]["flops"]),
-                 "glue": glue_bytes(steps["full_jaxpr"]),
+                 "glue": glue_work(steps["full_jaxpr"]),
                  "reached_budget": True,
                  "fingerprints": _distinct([fingerprint(steps["full_jaxpr"])])}
     _line(progress, {"plan": {k: v for k, v in steps.items() if k not in ("full_facts", "full_jaxpr")},

@@ -9,7 +9,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 __all__ = ["Census", "census", "judge", "judge_lowering", "pallas_kernels", "lowering_disagrees", "fingerprint",
-           "fingerprint_differs", "priced_differs", "MIN_PALLAS_SHARE", "MAX_OUTSIDE_CONTRACTION_SHARE",
+           "fingerprint_differs", "priced_differs", "eqn_flops", "MIN_PALLAS_SHARE", "MAX_OUTSIDE_CONTRACTION_SHARE",
            "MIN_WORK_RATIO", "MAX_UNKNOWN_ELEMENTS"]
 
 # A candidate must do most of its arithmetic inside pallas_call, and its matmuls/convolutions almost entirely.
@@ -72,7 +72,7 @@ def _jaxpr_of(obj):
     return inner if inner is not None and hasattr(inner, "eqns") else None
 
 
-def _eqn_flops(eqn) -> tuple[float, float]:
+def eqn_flops(eqn) -> tuple[float, float]:
     """(all FLOPs, contraction FLOPs) of one primitive application, not counting sub-jaxprs."""
     name = eqn.primitive.name
     out = _size(eqn.outvars[0].aval) if eqn.outvars else 0
@@ -127,7 +127,7 @@ def _walk(jaxpr, c: Census, scale: float, in_pallas: bool) -> tuple[float, float
             if k and not in_pallas:
                 c.opaque_loops += 1
         else:
-            f, k = _eqn_flops(eqn)
+            f, k = eqn_flops(eqn)
             f, k = f * scale, k * scale
             for value in eqn.params.values():
                 for sub in (value if isinstance(value, (tuple, list)) else (value,)):
@@ -136,7 +136,7 @@ def _walk(jaxpr, c: Census, scale: float, in_pallas: bool) -> tuple[float, float
                         sf, sk = _walk(inner, c, scale, in_pallas)
                         f, k = f + sf, k + sk
             # Leaf primitives are added here; sub-jaxpr calls were added by the recursive _walk.
-            own_f, own_k = _eqn_flops(eqn)
+            own_f, own_k = eqn_flops(eqn)
             c.total_flops += own_f * scale
             c.contraction_flops += own_k * scale
             if in_pallas:
