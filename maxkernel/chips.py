@@ -36,6 +36,7 @@ class Chip:
     nominal: bool = False  # True where the rates are placeholders, not a spec sheet
     clock_hz: float | None = None  # TPU: TensorCore clock, to turn libtpu's estimated cycles into seconds
     mxu_flops_per_cycle: int | None = None  # TPU: dense bf16 FLOPs all MXUs of one chip retire per cycle
+    peak_int8_ops: float | None = None  # dense int8 x int8 matmul ops per second, per chip; None: the bf16 rate
 
     @property
     def is_tpu(self) -> bool:
@@ -54,6 +55,11 @@ class Chip:
         return self.peak_bf16_flops / self.devices_per_chip
 
     @property
+    def device_peak_int8_ops(self) -> float:
+        """Peak dense int8 matmul ops/s of one JAX device (the bf16 rate where the chip has no faster int8 path)."""
+        return (self.peak_int8_ops or self.peak_bf16_flops) / self.devices_per_chip
+
+    @property
     def device_hbm_bytes_per_s(self) -> float:
         return self.hbm_bytes_per_s / self.devices_per_chip
 
@@ -68,6 +74,8 @@ class Chip:
 # the "How to Scale Your Model" TPU chapter (v4, v5p: 2 TensorCores x 4 MXUs of 128x128; v5e: 1 x 4 of 128x128;
 # v6e: 1 x 4 of 256x256; 7x: 2 x 4 of 256x256, assumed): v4 1.05 GHz, v5e 1.5 GHz, v5p 1.75 GHz, v6e 1.75 GHz,
 # 7x 2.2 GHz. Derived, not read from a spec sheet: tpu-estimate.md checks v5e's against its GEMM figures.
+# int8 peaks (the MXU's int8 path at twice the bf16 rate): the same Cloud TPU pages, v5e 393 TOPS, v5p 918,
+# v6e 1836; v4 lists one figure for bf16 and int8. GPUs: the datasheets' dense INT8 Tensor Core figure.
 # GPUs: NVIDIA H100 SXM5 and H200 SXM datasheets (dense, no sparsity); 227 KiB opt-in shared memory per
 # block is the sm_90 limit in the CUDA C Programming Guide (compute capability table).
 CHIPS: dict[str, Chip] = {
@@ -83,14 +91,14 @@ CHIPS: dict[str, Chip] = {
         Chip(
             name="v5e", mxu_flops_per_cycle=4 * 128 * 128 * 2, platform="tpu", lowering_platform="tpu", generation=5,
             device_kinds=("TPU v5 lite", "TPU v5e"),
-            peak_bf16_flops=197e12, hbm_bytes_per_s=819e9, hbm_bytes=16 * 10**9,
+            peak_bf16_flops=197e12, peak_int8_ops=393e12, hbm_bytes_per_s=819e9, hbm_bytes=16 * 10**9,
             vmem_bytes=128 * MiB, scoped_vmem_default_bytes=16 * MiB, smem_bytes=1 * MiB,
             topology_name="v5e:1x1", abstract_device_kind="TPU v5 lite", cores_per_device=1,
         ),
         Chip(
             name="v5p", mxu_flops_per_cycle=2 * 4 * 128 * 128 * 2, platform="tpu", lowering_platform="tpu", generation=5,
             device_kinds=("TPU v5", "TPU v5p"),
-            peak_bf16_flops=459e12, hbm_bytes_per_s=2765e9, hbm_bytes=95 * 10**9,
+            peak_bf16_flops=459e12, peak_int8_ops=918e12, hbm_bytes_per_s=2765e9, hbm_bytes=95 * 10**9,
             vmem_bytes=64 * MiB, scoped_vmem_default_bytes=16 * MiB, smem_bytes=1 * MiB,
             # megacore: one device drives both TensorCores
             topology_name="v5p:1x1x1", abstract_device_kind="TPU v5", cores_per_device=2,
@@ -98,7 +106,7 @@ CHIPS: dict[str, Chip] = {
         Chip(
             name="v6e", mxu_flops_per_cycle=4 * 256 * 256 * 2, platform="tpu", lowering_platform="tpu", generation=6,
             device_kinds=("TPU v6 lite", "TPU v6e"),
-            peak_bf16_flops=918e12, hbm_bytes_per_s=1638e9, hbm_bytes=32 * 10**9,
+            peak_bf16_flops=918e12, peak_int8_ops=1836e12, hbm_bytes_per_s=1638e9, hbm_bytes=32 * 10**9,
             vmem_bytes=128 * MiB, scoped_vmem_default_bytes=32 * MiB, smem_bytes=1 * MiB,
             topology_name="v6e:1x1", abstract_device_kind="TPU v6 lite", cores_per_device=1,
         ),
@@ -115,13 +123,13 @@ CHIPS: dict[str, Chip] = {
         Chip(
             name="h100", platform="gpu", lowering_platform="cuda",
             device_kinds=("H100",),
-            peak_bf16_flops=989e12, hbm_bytes_per_s=3350e9, hbm_bytes=80 * 10**9,
+            peak_bf16_flops=989e12, peak_int8_ops=1979e12, hbm_bytes_per_s=3350e9, hbm_bytes=80 * 10**9,
             shared_mem_bytes_per_block=227 * KiB,
         ),
         Chip(
             name="h200", platform="gpu", lowering_platform="cuda",
             device_kinds=("H200",),
-            peak_bf16_flops=989e12, hbm_bytes_per_s=4800e9, hbm_bytes=141 * 10**9,
+            peak_bf16_flops=989e12, peak_int8_ops=1979e12, hbm_bytes_per_s=4800e9, hbm_bytes=141 * 10**9,
             shared_mem_bytes_per_block=227 * KiB,
         ),
         Chip(

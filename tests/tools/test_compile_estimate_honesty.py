@@ -158,6 +158,21 @@ def test_compiles_roofline_at_full_size_is_the_tasks_floor_not_the_kernels_decla
     assert gemm.roofline_ms == pytest.approx(2 * 8192 * 8192 * 28672 / V6E.device_peak_flops * 1e3)
 
 
+@pytest.mark.unit
+def test_an_int8_matmul_task_is_floored_at_the_chips_int8_rate():
+    """rw_w8a8_int8_matmul's 3.85 T int8 matmul ops: 19.5 ms at v5e's bf16 peak, 9.8 ms at its int8 peak (393 TOPS).
+    Floored at the bf16 rate, a kernel and XLA both at the int8 rate would read as priced below their floor."""
+    from maxkernel.tools.compile_pallas import _result
+
+    task = load_task("rw_w8a8_int8_matmul")
+    flops, _, int8 = est.task_work(task, "full")
+    mm = 2 * 8192 * 8192 * 28672
+    assert int8 == mm and flops > mm
+    got = _result({"ok": True, "chip": "v5e", "stage": "compile", "pallas_calls": 1}, "full", (flops, 0, int8))
+    assert got.roofline_ms == pytest.approx((mm / 393e12 + (flops - mm) / 197e12) * 1e3)
+    assert est.task_work(load_task("8p_GEMM"), "full")[2] == 0  # bf16 operands: the bf16 rate
+
+
 # ---- 4. the share of roofline is against the task's floor ------------------------------------------------------
 
 GEMM_FLOPS = 2 * 8192 * 8192 * 28672

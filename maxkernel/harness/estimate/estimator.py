@@ -106,22 +106,27 @@ class TaskBaselineError(ValueError):
     """The task's own baseline.py fails at a size (in create_inputs or workload): the task's fault, not a kernel's."""
 
 
-def task_work(task, size: str) -> tuple[float, int]:
-    """(FLOPs, HBM bytes) that any implementation of the task must do and move at `size`: the task's get_flops (0 when
-    it declares none), and its inputs read once and its outputs written once. Raises TaskBaselineError, naming
-    baseline.py and the function that failed, when the task cannot build its inputs or run its workload."""
+def task_work(task, size: str) -> tuple[float, int, float]:
+    """(FLOPs, HBM bytes, int8 matmul FLOPs) that any implementation of the task must do and move at `size`: the
+    task's get_flops (0 when it declares none), its inputs read once and its outputs written once, and how many of
+    its FLOPs are matmuls on 8-bit integers (its baseline's, which the MXU retires at its int8 rate). Raises
+    TaskBaselineError, naming baseline.py and the function that failed, when the task cannot build its inputs or run
+    its workload."""
     try:
         io = _io_bytes(task, size)
+        int8 = task.int8_flops(size)
     except Exception as exc:  # noqa: BLE001  (the task's own code can raise anything)
         raise _baseline_error(task, size, exc) from exc
-    return float(task.flops(size) or 0.0), io
+    return float(task.flops(size) or 0.0), io, int8
 
 
-def roofline_floors(chip, flops: float, io_bytes: float) -> dict:
-    """The least time a program doing `flops` and moving `io_bytes` through HBM needs on one `chip` device:
+def roofline_floors(chip, flops: float, io_bytes: float, int8_flops: float = 0.0) -> dict:
+    """The least time a program doing `flops` (`int8_flops` of them matmuls on 8-bit integers, at the chip's int8
+    rate: twice the bf16 one on v5e, v5p and v6e) and moving `io_bytes` through HBM needs on one `chip` device:
     {compute_ms, memory_ms, roofline_ms (the larger)}. The one floor function: estimate's floors and share of
     roofline, and compile_pallas's roofline bound, all come from here."""
-    compute_ms = flops / chip.device_peak_flops * 1e3
+    int8 = min(max(int8_flops, 0.0), flops)
+    compute_ms = ((flops - int8) / chip.device_peak_flops + int8 / chip.device_peak_int8_ops) * 1e3
     memory_ms = io_bytes / chip.device_hbm_bytes_per_s * 1e3
     return {"compute_ms": compute_ms, "memory_ms": memory_ms, "roofline_ms": max(compute_ms, memory_ms)}
 
@@ -398,7 +403,7 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str], shri
     program = "kernel" if kernel else "baseline"
     spec, task_files = task.for_job()
     dims_order = _dims_order(task, kernel is not None)
-    _, full_bytes = task_work(task, size)
+    _, full_bytes, _ = task_work(task, size)
     job = {"kind": "estimate", "task": spec, "kernel": "kernel.py" if kernel else None, "chip": chip.name,
            "size": size, "tunables": tunables or {}, "dims_order": dims_order,
            "xla_dims_order": _dims_order(task, False),  # a candidate with no pallas_call is planned as XLA's program
@@ -679,10 +684,11 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
                        f"(steeper than the line through all: the cost per unit of work was still rising)")
     cycles_ms = full_cycles / clock * 1e3
     flops = float(task.flops(size) or 0.0)
+    int8 = task.int8_flops(size)
     spec_bytes = traffic.get("bytes")
     hbm_bytes = max(io_bytes, spec_bytes or 0)
-    floors = roofline_floors(chip, flops, io_bytes)  # the task's: what any implementation needs
-    own = roofline_floors(chip, flops, hbm_bytes)  # this program's: its BlockSpec re-reads included
+    floors = roofline_floors(chip, flops, io_bytes, int8)  # the task's: what any implementation needs
+    own = roofline_floors(chip, flops, hbm_bytes, int8)  # this program's: its BlockSpec re-reads included
     compute_ms, memory_ms = own["compute_ms"], own["memory_ms"]
     if not flops:
         limits.append("the task declares no FLOP count: no compute floor")
