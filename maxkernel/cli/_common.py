@@ -114,12 +114,14 @@ def declared_sizes(task) -> list[str] | None:
 
 
 def check_size(task, size: str) -> str:
-    sizes = declared_sizes(task)
-    if sizes is None:
+    # SIZE@CONFIG (full@decode) names one of a task's configs: those only the imported task knows.
+    sizes = declared_sizes(task) if "@" not in size else None
+    if sizes is None or size not in sizes:  # the message names every size, its configs' too
         try:
             sizes = task.sizes  # imports the task: a broken baseline.py is the user's input, not our failure
         except Exception as exc:  # noqa: BLE001
-            raise UsageError(f"task {task.name}: baseline.py does not load ({type(exc).__name__}: {exc})") from None
+            if sizes is None:
+                raise UsageError(f"task {task.name}: baseline.py does not load ({type(exc).__name__}: {exc})") from None
     if size not in sizes:
         raise UsageError(f"task {task.name} has no size {size!r} (has {', '.join(sizes)})")
     return size
@@ -212,6 +214,8 @@ def target_options(*, size: str = "smoke", chip: str | None = None, chip_help: s
             if task_name is None:  # task="optional": the command has another way to name its program
                 if kernel_file is not None or sets:
                     raise UsageError("--kernel and --set need --task (the task the kernel is for)")
+                if size_name not in SIZES:
+                    raise UsageError(f"--size {size_name!r}: without --task, one of {', '.join(SIZES)}")
                 chip_checked = check_chip(chip_name, allow_native=allow_native, tpu_only=tpu_only) if chip_name else None
                 return fn(*args, target=Target(task=None, kernel=None, size=size_name, chip=chip_checked), **kw)
             target = preflight(task_name, kernel_file, size_name, chip_name, allow_native=allow_native,
@@ -233,8 +237,9 @@ def target_options(*, size: str = "smoke", chip: str | None = None, chip_help: s
             opts.append(click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
                                      help="run the kernel with this keyword default of workload() changed (a "
                                           "tunable such as block_m=512; repeatable); the file is not edited"))
-        opts.append(click.option("--size", "size_name", default=size, show_default=True, type=click.Choice(SIZES),
-                                 help="smoke = CPU-sized inputs, full = benchmark-sized"))
+        opts.append(click.option("--size", "size_name", default=size, show_default=True, metavar="SIZE",
+                                 help="smoke = CPU-sized inputs, full = benchmark-sized; a task with configs "
+                                      "(bench list) takes SIZE@CONFIG for one of them (full@decode)"))
         if chip is not None:
             opts.append(chip_option(what=chip_help or "target chip", allow_native=allow_native, tpu_only=tpu_only,
                                     **({"default": "the attached device (v5e on a CPU)"} if chip == "device" else {})))

@@ -47,6 +47,9 @@ class CompileResult(BaseModel):
                                       "bytes_accessed at full bandwidth, whichever is slower): the same figure, from "
                                       "the same function, as estimate's roofline_ms.")
     config: dict = Field(default_factory=dict)
+    configs: dict = Field(default_factory=dict, description="A task with several configs (prefill, decode) compiled "
+                          "at each: config -> {size, ok, summary, stage, error, vmem_bytes, roofline_ms}. The other "
+                          "fields are the first failing config's, else the first config's.")
     lint: list[dict] = Field(default_factory=list, description="Bugs read in the kernel's source that compiling "
                              "cannot show (a reduction axis marked parallel, interpret=True left in, a BlockSpec in "
                              "the old argument order, a store that never runs, ...): family, hint, line.")
@@ -217,7 +220,8 @@ def compile_pallas(task: str, kernel: str, chip: str = "v5e", size: str = "full"
         task: Suite task name (e.g. "8p_GEMM") or a task folder path; its input shapes are used.
         kernel: Path of the kernel file defining workload(*inputs).
         chip: One of v4, v5e, v5p, v6e, 7x, h100, h200, native. Default v5e.
-        size: "full" (default: the benchmark's shapes; nothing is allocated) or "smoke".
+        size: "full" (default: the benchmark's shapes; nothing is allocated) or "smoke"; a task with several
+            configs is compiled at each (`configs` in the result), or at one with "full@decode".
         timeout: Seconds for the compile process (default: 90, or the settings' evaluation timeout if lower).
 
     Returns:
@@ -230,4 +234,24 @@ def compile_pallas(task: str, kernel: str, chip: str = "v5e", size: str = "full"
     """
     if chip != "native":
         chip = chips.get(chip).name  # "TPU v5e" means v5e; an unknown name raises a ValueError listing the valid ones
-    return compile_many(task, kernel, [chip], None, size, timeout=timeout)[0]
+    per_config = _config_sizes(task, size)
+    if not per_config:
+        return compile_many(task, kernel, [chip], None, size, timeout=timeout)[0]
+    got = {name: compile_many(task, kernel, [chip], None, sz, timeout=timeout)[0] for name, sz in per_config.items()}
+    main = next((r for r in got.values() if not r.ok), next(iter(got.values())))
+    summary = " | ".join(f"{name}: {r.summary}" for name, r in got.items())
+    return main.model_copy(update={
+        "ok": all(r.ok for r in got.values()), "summary": summary,
+        "configs": {name: {"size": per_config[name], **r.model_dump(include={"ok", "summary", "stage", "error",
+                                                                              "vmem_bytes", "roofline_ms"})}
+                    for name, r in got.items()}})
+
+
+def _config_sizes(task: str, size: str) -> dict[str, str]:
+    """Config -> the size that runs it, for a task with several configs at a size naming none; else {}."""
+    from maxkernel.tasks import load_task
+
+    try:
+        return load_task(task).config_sizes(size)
+    except Exception:  # noqa: BLE001  (a task that does not load is compile_many's to report, as the task's fault)
+        return {}

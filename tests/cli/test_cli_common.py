@@ -36,6 +36,20 @@ def test_preflight_returns_the_checked_target(tmp_path):
     assert preflight("8p_GEMM", str(kernel), "full", "native").chip == "native"
 
 
+def test_a_config_of_a_task_is_a_size_the_commands_take(tmp_path):
+    """rw_fp8_matmul's decode config runs at full@decode: compile and estimate reached only its first config
+    (prefill), and --size refused the other's name."""
+    from maxkernel.cli._common import UsageError
+
+    kernel = tmp_path / "k.py"
+    kernel.write_text("def workload(*a): pass\n")
+    assert preflight("rw_fp8_matmul", str(kernel), "full@decode", "v5e").size == "full@decode"
+    with pytest.raises(UsageError, match="has no size 'full@nope' .*full@decode"):
+        preflight("rw_fp8_matmul", str(kernel), "full@nope", "v5e")
+    with pytest.raises(UsageError, match="has no size 'big' .*smoke@decode"):
+        preflight("rw_fp8_matmul", str(kernel), "big", "v5e")
+
+
 def _complete(args, incomplete):
     return [c.value for c in BashComplete(cli, {}, "maxkernel", "_MAXKERNEL_COMPLETE").get_completions(args, incomplete)]
 

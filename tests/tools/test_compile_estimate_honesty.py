@@ -331,3 +331,14 @@ def test_a_cached_estimate_is_not_read_under_another_fingerprint_method(monkeypa
 
     monkeypatch.setattr(Path, "read_bytes", changed)
     assert est._method_digest() != before
+
+
+@pytest.mark.unit
+def test_an_estimate_of_a_task_with_configs_says_which_config_it_priced():
+    """estimate --size full on rw_fp8_matmul prices prefill, its first config: said, with the decode size to ask."""
+    got = est._one_config(est.Estimate(ok=True, chip="v5e", size="full", summary="TPU estimate."),
+                          load_task("rw_fp8_matmul"), "full")
+    assert "config prefill only (the task's first of 2)" in got.summary and "--size full@decode" in got.limits[-1]
+    one = est._one_config(est.Estimate(ok=True, chip="v5e", size="full@decode", summary="TPU estimate."),
+                          load_task("rw_fp8_matmul"), "full@decode")
+    assert one.summary == "TPU estimate." and not one.limits

@@ -246,7 +246,19 @@ def estimate(task: str, kernel: str | None, chip: str | None = None, size: str =
         base_f = pool.submit(contextvars.copy_context().run, estimate_program, spec, None, target, size, None, timeout)
         kern = estimate_program(spec, kernel, target, size, tunables, timeout) if kernel else None
         base = base_f.result()
-    return _combine(kern, base, target, size, time.monotonic() - t0)
+    return _one_config(_combine(kern, base, target, size, time.monotonic() - t0), spec, size)
+
+
+def _one_config(out: Estimate, task, size: str) -> Estimate:
+    """A size that names none of a task's several configs runs its first: said, with the sizes of the others."""
+    names = task.config_sizes(size)
+    if names:
+        first, others = next(iter(names)), [s for s in names.values() if s != size]
+        note = (f"config {first} only (the task's first of {len(names)}); the others are estimated apart: "
+                f"--size {', --size '.join(others)}")
+        out.limits.append(note)
+        out.summary += f" ({note})"
+    return out
 
 
 def _task_failed(exc: TaskBaselineError, chip: str, size: str, wall: float) -> Estimate:
