@@ -75,6 +75,9 @@ def report_from_verdict(v: Verdict) -> TestReport:
         summary = f"FAIL: {v.reason}"
     else:
         summary = f"{v.status.upper()} at {v.stage or 'run'}: {v.reason}"
+    if v.configs:  # a task with several configs was tested at each: say which, and how each went
+        summary = "configs " + ", ".join(f"{name} ({c.get('size')}: {c.get('status')})"
+                                          for name, c in v.configs.items()) + ". " + summary
     if v.hint:
         where = f" (kernel.py line {v.hint_line})" if v.hint_line else ""
         summary = summary[:1200] + (f"\nWarning{where}: {v.hint}" if ok else f"\nHint{where}: {v.hint}")

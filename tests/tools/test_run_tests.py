@@ -35,3 +35,17 @@ def test_dma_race_is_reported_as_a_race():
     r = run_tests("12p_RMSNorm", str(BROKEN / "dma_race.py"))
     assert not r.ok and r.races is True
     assert "data race" in r.summary
+
+
+@pytest.mark.unit
+def test_a_task_with_configs_is_tested_at_each_and_says_so():
+    """A PASS on rw_w8a8_int8_matmul named no config: a user could not tell the decode config had run too."""
+    from maxkernel.harness.verdict.result import Correctness, Verdict
+    from maxkernel.tools.run_tests import report_from_verdict
+
+    v = Verdict(task="rw_w8a8_int8_matmul", kernel_file="k.py", size="smoke", status="correct",
+                correctness=Correctness(max_rel_err=0.003, tolerance=0.02, seeds=[5, 6, 7]),
+                configs={"prefill": {"size": "smoke", "status": "correct"},
+                         "decode": {"size": "smoke@decode", "status": "correct"}})
+    r = report_from_verdict(v)
+    assert r.ok and r.summary.startswith("configs prefill (smoke: correct), decode (smoke@decode: correct). PASS")
