@@ -157,9 +157,11 @@ def test_the_profile_job_profiles_every_split_point_even_where_two_share_an_x(tm
     assert len(done) == 6
 
 
-def _split_lines(cycles: dict) -> list[dict]:
-    """A split profile's lines as the trusted job writes them: part -> [(x, kernel op cycles)]."""
-    head = {"plan": {"full_dims": {"M": 8192}, "shrunk_dims": [], "split": [], "glue": {"bytes": 0, "ops": 0}},
+def _split_lines(cycles: dict, planned: list[int] | None = None) -> list[dict]:
+    """A split profile's lines as the trusted job writes them: part -> [(x, kernel op cycles)]; the plan split
+    `planned` parts (default: those profiled)."""
+    split = [{"part": i, "grid": [1], "x": 1.0} for i in (cycles if planned is None else planned)]
+    head = {"plan": {"full_dims": {"M": 8192}, "shrunk_dims": [], "split": split, "glue": {"bytes": 0, "ops": 0}},
             "facts": {"pallas_calls": [], "data_dependent": []}, "block_traffic": {"bytes": None, "notes": []}}
     points = [{"point": {"part": i, "grid": [1], "x": x, "dims": {"M": 8192}, "ops": {"k": c, "copy": 999},
                          "kernel_ops": ["k"], "zero_cycle_bytes": {"k": 10**9} if c == 0 else {}, "trips": {},
@@ -194,4 +196,18 @@ def test_a_part_the_profiler_prices_at_zero_is_a_named_failure_not_its_bytes():
     base = dict(ok=False, program="kernel", chip="v5e", libtpu_flags=[], libtpu="test")
     got = est._fit_split(base, _split_lines({0: [(1 / 32, 0), (1 / 16, 0)], 1: [(1.0, 5_000)]}),
                          load_task("8p_GEMM"), chips.get("v5e"), "full", 0)
-    assert not got.ok and got.stage == "abort" and "pallas_call 0 of 2 at 0 cycles" in got.error
+    assert not got.ok and got.stage == "unpriced" and "pallas_call 0 of 2 at 0 cycles" in got.error
+    assert "unpriced" in est._DETERMINISTIC  # cached, and not profiled again with the VMEM flag
+
+
+@pytest.mark.unit
+def test_a_part_the_plan_split_but_the_profile_left_out_is_no_estimate():
+    """Three pallas_calls planned, two profiled: summed, the third's work would be missing from the kernel's time."""
+    from maxkernel import chips
+    from maxkernel.harness.estimate import estimator as est
+    from maxkernel.tasks import load_task
+
+    base = dict(ok=False, program="kernel", chip="v5e", libtpu_flags=[], libtpu="test")
+    got = est._fit_split(base, _split_lines({0: [(1.0, 5_000)], 1: [(1.0, 5_000)]}, planned=[0, 1, 2]),
+                         load_task("8p_GEMM"), chips.get("v5e"), "full", 0)
+    assert not got.ok and got.stage == "sandbox" and "where the plan split [0, 1, 2]" in got.error

@@ -95,7 +95,9 @@ _VECTOR_HINT = ("libtpu's LLO type check aborts the profile of a few constructs 
                 "operands (exact where the values are bf16). Bisect at smoke size (maxkernel estimate --size smoke) "
                 "to find the line")
 # Stages whose outcome the same inputs always repeat: only these are cached.
-_DETERMINISTIC = ("compile", "lower", "import", "plan", "no_pallas")
+# "unpriced": libtpu's profile of a kernel priced in parts saw none of a part's work (17p): the same every time, so
+# cached, and not profiled again with the VMEM flag (which changes memory placement, not what the profile sees).
+_DETERMINISTIC = ("compile", "lower", "import", "plan", "no_pallas", "unpriced")
 # What to do when libtpu's profiler cannot price a program even with _RETRY_FLAG.
 _UNPRICEABLE_HINT = ("libtpu's static profiler cannot price this program, with or without VMEM memory-space "
                      "assignment: no TPU estimate can be had for it here; compare it by its roofline floor "
@@ -764,6 +766,10 @@ def _fit_split(base: dict, lines: list[dict], task, chip, size: str, io_bytes: i
     head = next(ln for ln in lines if "plan" in ln)
     done = [ln["point"] for ln in lines if "point" in ln]
     clock, bw = chip.clock, chip.device_hbm_bytes_per_s
+    planned, profiled = {int(p["part"]) for p in head["plan"]["split"]}, {int(p["part"]) for p in done}
+    if planned != profiled:  # a part left out would price the kernel without its work
+        return ProgramEstimate(**base, stage="sandbox", error=f"the profile priced pallas_calls {sorted(profiled)} "
+                               f"where the plan split {sorted(planned)}")
 
     def cost(p: dict) -> float:
         keep, trips = set(p.get("kernel_ops") or ()), p.get("trips") or {}
@@ -776,7 +782,7 @@ def _fit_split(base: dict, lines: list[dict], task, chip, size: str, io_bytes: i
         if not all(ys):
             # 17p's projections: the profiler priced the kernel's op at 0 cycles at every cut (it saw none of its
             # work); filled with the op's bytes it read the full-size operands at every cut, the same at each.
-            return ProgramEstimate(**base, stage="abort", error=f"libtpu's profiler priced pallas_call {i} of "
+            return ProgramEstimate(**base, stage="unpriced", error=f"libtpu's profiler priced pallas_call {i} of "
                                    f"{len({p['part'] for p in done})} at 0 cycles (it sees none of that kernel's "
                                    "work), so the kernel cannot be priced in parts", hint=_UNPRICEABLE_HINT)
         if xs[-1] >= 1 - 1e-12:
