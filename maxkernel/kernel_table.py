@@ -260,7 +260,44 @@ def summarize_table(rows: list[dict], chips: list[str]) -> dict:
     return {"label": LABEL, "tasks": len(rows), "correct": sum(r["correct"] for r in rows), "degenerate": degenerate,
             "by_chip": {c: {"all": figures(rows, c), **({s: figures([r for r in rows if r["suite"] == s], c)
                                                           for s in suites} if len(suites) > 1 else {})}
-                        for c in chips}}
+                        for c in chips},
+            "by_config": {c: by_config(rows, c) for c in chips}}
+
+
+def by_config(rows: list[dict], chip: str) -> dict:
+    """Over the tasks with several configs, fast_p and the geomean per config name (decode apart from prefill: a
+    task's geomean hides a config XLA handles worse), each config's own estimated speedup; a task not correct, or a
+    config not estimated or too rough to rank, counts as not fast there."""
+    from maxkernel.evals.stats import FAST_P, fast_key
+
+    speeds: dict[str, list] = {}
+    for r in rows:
+        names = _config_names(r["task"])
+        if len(names) < 2:
+            continue
+        cfgs = (((r.get("chips") or {}).get(chip) or {}).get("configs") or {}) if r["correct"] else {}
+        for size, name in names.items():
+            cfg = cfgs.get(size) or {}
+            rough = rough_speedup({"configs": {size: cfg}})
+            speeds.setdefault(name, []).append(None if rough or not cfg.get("ok") else cfg.get("speedup"))
+    out = {}
+    for name, got in speeds.items():
+        ranked = [s for s in got if s]
+        out[name] = {"tasks": len(got), **{fast_key(p): sum((s or 0) > p if p else s is not None for s in got)
+                                           / len(got) for p in FAST_P},
+                     "geomean_speedup": geomean(ranked), "estimated": len(ranked)}
+    return out
+
+
+def _config_names(task_name: str) -> dict[str, str]:
+    """A suite task's full sizes -> config names ({"full": "prefill", "full@decode": "decode"}); {} for one config
+    or a task that no longer loads."""
+    from maxkernel.tasks import load_task
+
+    try:
+        return {size: name for name, size in load_task(task_name).config_sizes("full").items()}
+    except Exception:  # noqa: BLE001  (a record of a task since removed or broken: no config figures)
+        return {}
 
 
 def versus_expert(rows: list[dict], chip: str) -> dict:
@@ -399,6 +436,17 @@ def _markdown(rows: list[dict], summary: dict, chips: list[str]) -> str:
             geo = f"{f['geomean_speedup']:.3g}x over {f['estimated']}" if f["geomean_speedup"] else "—"
             lines.append(f"| {c}{'' if part == 'all' else f' ({part})'} | {f['tasks']} | {f['correct']} | "
                          + " | ".join("—" if f[fast_key(p)] is None else f"{f[fast_key(p)]:.0%}" for p in FAST_P) + f" | {geo} |")
+    configs = [(c, name, f) for c in chips for name, f in (summary.get("by_config") or {}).get(c, {}).items()]
+    if configs:
+        lines += ["", "## fast_p by estimate per config (tasks with several configs)", "",
+                  "Each config's own estimated speedup (a task's row above is their geomean): decode apart from "
+                  "prefill. fast_0 here is the share of these tasks correct with that config estimated.", "",
+                  "| chip | config | tasks | " + " | ".join(fast_key(p) for p in FAST_P) + " | geomean speedup |",
+                  "|---|---|---|" + "---|" * (len(FAST_P) + 1)]
+        for c, name, f in configs:
+            geo = f"{f['geomean_speedup']:.3g}x over {f['estimated']}" if f["geomean_speedup"] else "—"
+            lines.append(f"| {c} | {name} | {f['tasks']} | " + " | ".join(f"{f[fast_key(p)]:.0%}" for p in FAST_P)
+                         + f" | {geo} |")
     if experts:
         lines += ["", "## fast_p by estimate against the expert baselines (installed library kernels)", "",
                   "Over the tasks that have an `expert.py`; `vs expert` is the expert's estimated time over the "

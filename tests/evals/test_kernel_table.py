@@ -439,3 +439,31 @@ def test_the_experts_estimate_is_tied_to_its_verdict_and_divides_the_kernels(mon
     compiled[("v5e", "full")] = SimpleNamespace(ok=False, stage="compile", summary="VMEM exceeded")
     cell = _expert_cell(task, task.path / "expert.py", verdict, "v5e", ["full"], compiled, mine)
     assert cell["speedup_vs_expert"] is None and "does not compile" in cell["error"]
+
+
+@pytest.mark.unit
+def test_each_config_of_the_tasks_with_several_is_summarized_apart():
+    """Issue 35: decode reported apart from prefill. A task's row holds the geomean of its configs, which hides a
+    config XLA handles worse; per config name, fast_p and the geomean of that config's own speedups."""
+    from maxkernel.kernel_table import _markdown, summarize_table
+
+    def cell(prefill, decode, decode_limits=()):
+        return {"v5e": {"speedup": None, "configs": {
+            "full": {"ok": True, "speedup": prefill, "limits": []},
+            "full@decode": {"ok": decode is not None, "speedup": decode, "limits": list(decode_limits)}}}}
+
+    scaled = ["cycles do not grow linearly with the work over the profiled sizes: scaled in proportion"]
+    rows = [{"task": "rw_w8a8_int8_matmul", "suite": "realworld", "status": "correct", "correct": True,
+             "chips": cell(1.2, 2.0)},
+            {"task": "rw_fp8_matmul", "suite": "realworld", "status": "correct", "correct": True,
+             "chips": cell(0.9, 3.0, scaled)},
+            {"task": "rw_causal_conv1d", "suite": "realworld", "status": "incorrect", "correct": False, "chips": {}},
+            {"task": "12p_RMSNorm", "suite": "jaxbench", "status": "correct", "correct": True,
+             "chips": {"v5e": {"speedup": 1.1, "configs": {"full": {"ok": True, "speedup": 1.1, "limits": []}}}}}]
+    s = summarize_table(rows, ["v5e"])
+    pre, dec = s["by_config"]["v5e"]["prefill"], s["by_config"]["v5e"]["decode"]
+    assert pre["tasks"] == dec["tasks"] == 3  # 12p has one config: not here; the incorrect task counts, as not fast
+    assert pre["fast_1"] == pytest.approx(1 / 3) and pre["geomean_speedup"] == pytest.approx((1.2 * 0.9) ** 0.5)
+    assert dec["fast_0"] == pytest.approx(1 / 3) and dec["fast_1"] == pytest.approx(1 / 3)  # fp8's decode is rough
+    assert dec["geomean_speedup"] == pytest.approx(2.0) and dec["estimated"] == 1
+    assert "| v5e | decode | 3 | 33% | 33% |" in _markdown(rows, s, ["v5e"])
