@@ -150,3 +150,14 @@ def run(x):
     assert lint(source) == []
     unfilled = source.replace("acc_ref[...] = jnp.zeros_like(acc_ref)", "pass")
     assert unfilled != source and [d.family for d in lint(unfilled)] == ["missing_init"]
+
+
+@pytest.mark.unit
+def test_a_timeout_before_the_judge_made_its_inputs_is_not_blamed_on_the_kernel():
+    """rw_moe_tgmm's test timed out on a loaded machine before the judge had made its inputs: the kernel never ran,
+    and the hint sent its author hunting a DMA wait that never returns."""
+    stuck = diagnose("[config wi] the candidate did not finish within 367 s; its process group was killed", "v5e")
+    busy = diagnose("[config wi] the candidate did not finish within 367 s; its process group was killed (the judge "
+                    "had not made its inputs either: its job was ended too)", "v5e")
+    assert "a .wait() on a DMA" in stuck.hint and busy.family == stuck.family
+    assert busy.hint.startswith("The kernel never ran") and "--timeout" in busy.hint

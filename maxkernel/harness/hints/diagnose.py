@@ -476,6 +476,11 @@ def _blockspec_text(m: re.Match, chip) -> str:
 
 
 def _timeout(m: re.Match, chip) -> str:
+    if "judge had not made its inputs" in m.string:  # the kernel never ran: nothing in it is to blame yet
+        return ("The kernel never ran: the judge had not finished making its inputs from the reference when the time "
+                "limit came, so the machine was too busy (or the reference too slow at this size). Run it again on a "
+                "quieter machine, or give it longer (--timeout SECONDS); a .wait() that never returns is not what "
+                "this shows")
     return ("The run was killed at its time limit: a .wait() on a DMA or semaphore that nothing signals never "
             "returns (start every copy before waiting on it); otherwise the grid is too large for the interpreter "
             "at this size (test with --size smoke)")
