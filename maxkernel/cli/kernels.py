@@ -106,7 +106,12 @@ def estimate(target: Target, program: str | None, args: tuple, inputs: str | Non
              parallel: tuple, flops: int | None, as_json: bool) -> None:
     """Estimated TPU time of a kernel and of the task's baseline (without --kernel, the baseline alone; with
     --program and --arg, any JAX function), on a CPU (libtpu's static profile). Exit 0 estimated, 1 not (the kernel
-    does not compile, a profile failed), 2 usage."""
+    does not compile, a profile failed), 2 usage.
+
+    \b
+    Limits, from the environment (or .env): MAXKERNEL_ESTIMATE_TIMEOUT_S (default 300) is each profiling process's
+    time, which a loaded machine may need raised; MAXKERNEL_ESTIMATE_MAX_GFLOP (20) and MAXKERNEL_ESTIMATE_MAX_MB
+    (512) are the largest program profiled: bigger ones are shrunk along their parallel dims and extrapolated."""
     from maxkernel.cli._common import UsageError
     from maxkernel.tools.estimate_tpu import estimate_tpu_time
 

@@ -93,3 +93,16 @@ def test_set_runs_a_private_copy_with_the_default_changed_and_refuses_unknown_na
         with pytest.raises(UsageError, match=said):
             with_tunables(preflight("8p_GEMM", str(kernel), "smoke"), (bad,))
 
+
+
+def test_estimate_help_names_its_limits_with_their_defaults():
+    """A profile that timed out sent a user to MAXKERNEL_ESTIMATE_TIMEOUT_S, which no --help named."""
+    from click.testing import CliRunner
+
+    from maxkernel.settings import Settings
+
+    text = " ".join(CliRunner().invoke(cli, ["estimate", "--help"]).output.split())
+    for name, field in (("TIMEOUT_S", "estimate_timeout_s"), ("MAX_GFLOP", "estimate_max_gflop"),
+                        ("MAX_MB", "estimate_max_mb")):
+        assert f"MAXKERNEL_ESTIMATE_{name} (" in text
+        assert f"{Settings.model_fields[field].default:g}" in text.split(f"MAXKERNEL_ESTIMATE_{name} (")[1][:20]
