@@ -46,11 +46,13 @@ def evaluate(target: Target, seeds: int, replay_seeds: str | None, timeout: floa
                      exact_seeds=exact is not None, timeout=timeout)
     lines = [f"{v.status.upper()}: {v.reason}"]
     if v.correctness.max_rel_err is not None:
-        lines.append(f"max error {v.correctness.max_rel_err:.3g} (tolerance {v.correctness.tolerance:.3g}) "
-                     f"over seeds {v.correctness.seeds}")
+        tol = f" (tolerance {v.correctness.tolerance:.3g})" if v.correctness.tolerance is not None else ""
+        lines.append(f"max error {v.correctness.max_rel_err:.3g}{tol} over seeds {v.correctness.seeds}")
     if v.kernel and v.baseline:
+        # A task with configs: these are one config's times, and no speedup where a config has none (its geomean).
+        speed = f", speedup {v.speedup:.3f}x" if v.speedup is not None else ""
         lines.append(f"kernel {v.kernel.median_ms:.3f} ms ±{v.kernel.iqr_ms:.3f}, baseline {v.baseline.median_ms:.3f}"
-                     f" ms ±{v.baseline.iqr_ms:.3f}, speedup {v.speedup:.3f}x")
+                     f" ms ±{v.baseline.iqr_ms:.3f}{speed}")
         lines.append(f"({v.timing_label})")
     if v.integrity:
         share, most = v.integrity.get("pallas_share", 0), v.integrity.get("pallas_share_max")
@@ -65,7 +67,8 @@ def evaluate(target: Target, seeds: int, replay_seeds: str | None, timeout: floa
         lines.append("flags: " + ", ".join(v.flags))
     for name, c in v.configs.items():
         speed = f", speedup {c['speedup']:.3f}x" if c.get("speedup") else ""
-        lines.append(f"  config {name} ({c['size']}): {c['status']}{speed}" + (f": {c['reason'][:160]}" if c["reason"] else ""))
+        lines.append(f"  config {name} ({c.get('size')}): {c.get('status')}{speed}"
+                     + (f": {c['reason'][:160]}" if c.get("reason") else ""))
     emit(as_json, v.model_dump(), "\n".join(lines), ok=v.status == "correct")
 
 

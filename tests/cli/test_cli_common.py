@@ -106,3 +106,24 @@ def test_estimate_help_names_its_limits_with_their_defaults():
                         ("MAX_MB", "estimate_max_mb")):
         assert f"MAXKERNEL_ESTIMATE_{name} (" in text
         assert f"{Settings.model_fields[field].default:g}" in text.split(f"MAXKERNEL_ESTIMATE_{name} (")[1][:20]
+
+
+def test_evaluate_prints_a_verdict_with_a_config_lacking_a_speedup(monkeypatch, tmp_path):
+    """rw_rglru_scan: prefill correct, decode rejected; the combined verdict has timings but no speedup (a geomean
+    over a missing one), and `evaluate` died printing it (NoneType.__format__) with nothing on stdout."""
+    from click.testing import CliRunner
+
+    from maxkernel.harness.verdict import evaluate as ev
+    from maxkernel.harness.verdict.result import Correctness, Timing, Verdict
+
+    kernel = tmp_path / "k.py"
+    kernel.write_text("def workload(*a): pass\n")
+    verdict = Verdict(task="rw_rglru_scan", kernel_file=str(kernel), size="smoke", status="rejected", reason="r",
+                      correctness=Correctness(max_rel_err=0.003, tolerance=None, seeds=[4]),
+                      kernel=Timing.of([1.0]), baseline=Timing.of([2.0]), speedup=None,
+                      configs={"prefill": {"size": "smoke", "status": "correct", "reason": "", "speedup": 2.0},
+                               "decode": {"size": "smoke@decode", "status": "rejected", "reason": "too fast"}})
+    monkeypatch.setattr(ev, "evaluate", lambda *a, **k: verdict)
+    got = CliRunner().invoke(cli, ["evaluate", "--task", "rw_rglru_scan", "--kernel", str(kernel)])
+    assert got.exit_code == 1 and "internal error" not in got.output, got.output
+    assert "config decode (smoke@decode): rejected: too fast" in got.output and "baseline 2.000 ms" in got.output

@@ -4,16 +4,30 @@ integer dims at a size, and the installed libtpu's version."""
 
 from __future__ import annotations
 
-__all__ = ["PLAN_PROGRESS_FILE", "PROFILE_PROGRESS_FILE", "libtpu_version", "task_dims"]
+__all__ = ["PLAN_PROGRESS_FILE", "PROFILE_PROGRESS_FILE", "libtpu_version", "task_dims", "task_params"]
 
 PLAN_PROGRESS_FILE = "estimate.jsonl"  # the planning job's progress: one line per size planned and lowered
 PROFILE_PROGRESS_FILE = "profile.jsonl"  # the profiling job's progress: one line per lowering profiled
 
 
+def task_params(task, size: str) -> dict:
+    """The task's parameters at `size`, resolved as its create_inputs resolves them: CONFIG, then SIZES[base] for a
+    named base size, then for SIZE@CONFIG the config's overrides (CONFIGS[name]) and SIZES[size]."""
+    sizes = getattr(task.module, "SIZES", {}) or {}
+    base, _, name = size.partition("@")
+    params = dict(task.config)
+    if base != "full":
+        params.update(sizes.get(base, {}))
+    if name:
+        params.update((getattr(task.module, "CONFIGS", {}) or {}).get(name, {}))
+        params.update(sizes.get(size, {}))
+    return params
+
+
 def task_dims(task, size: str) -> dict:
-    """The task's integer parameters at `size` (CONFIG, overridden by SIZES[size] for a named size)."""
-    dims = {**task.config, **(getattr(task.module, "SIZES", {}) or {}).get(size, {})} if size != "full" else task.config
-    return {k: v for k, v in dims.items() if isinstance(v, int) and not isinstance(v, bool)}
+    """The task's integer parameters at `size` (task_params: a config's overrides included, so full@decode is the
+    decode config's dims, not CONFIG's)."""
+    return {k: v for k, v in task_params(task, size).items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def libtpu_version() -> str | None:

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 from maxkernel.harness.estimate.facts import PLAN_PROGRESS_FILE as PROGRESS_FILE
-from maxkernel.harness.estimate.facts import libtpu_version, task_dims
+from maxkernel.harness.estimate.facts import libtpu_version, task_dims, task_params
 from maxkernel.harness.hints.vmem_footprint import walk_eqns as _walk
 
 __all__ = ["run", "PROGRESS_FILE", "LOWERED_DIR", "parse_profile", "zero_cycle_bytes", "pallas_facts", "block_traffic",
@@ -194,6 +194,12 @@ def _lowered_text(fn, structs, chip, device) -> str:
         return jax.jit(fn).trace(*placed).lower().as_text()
 
 
+def _shrunk(task, dims: dict, size: str) -> dict:
+    """The SIZES entry for `dims` shrunk from `size`: its integer dims, over the rest of that size's parameters (a
+    config's own, such as rw_moe_tgmm's wo projection, which no integer dim carries)."""
+    return {**task_params(task, size), **dims}
+
+
 def _structs_at(task, dims: dict | None, size: str):
     import jax
 
@@ -202,17 +208,17 @@ def _structs_at(task, dims: dict | None, size: str):
     sizes = getattr(task.module, "SIZES", None)
     if not isinstance(sizes, dict):
         raise ValueError("the task declares no SIZES table, so its shapes cannot be shrunk")
-    sizes[SIZE_NAME] = dims
+    sizes[SIZE_NAME] = _shrunk(task, dims, size)
     try:
         return jax.eval_shape(lambda: task.create_inputs(size=SIZE_NAME, seed=0))
     finally:
         sizes.pop(SIZE_NAME, None)
 
 
-def _flops_at(task, dims: dict) -> float:
-    """The task's own FLOP count at `dims` (0 when it declares none)."""
+def _flops_at(task, dims: dict, size: str) -> float:
+    """The task's own FLOP count at `dims` shrunk from `size` (0 when it declares none)."""
     sizes = task.module.SIZES
-    sizes[SIZE_NAME] = dims
+    sizes[SIZE_NAME] = _shrunk(task, dims, size)
     try:
         return float(task.flops(SIZE_NAME) or 0.0)
     finally:
@@ -246,7 +252,7 @@ class _Traced:
         return self._sig[k]
 
     def flops(self, dims: dict) -> float:
-        declared = _flops_at(self.task, dims)
+        declared = _flops_at(self.task, dims, self.base_size)
         if declared or dims == self.full_dims:
             return declared or float(self.task.flops(self.base_size) or 0.0)
         full = float(self.task.flops(self.base_size) or 0.0)

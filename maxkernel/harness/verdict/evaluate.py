@@ -453,10 +453,18 @@ class Evaluator:
                            f"{len(r['timing'].get('reps') or [])} timed calls")
         finite = [c.max_rel_err for c in checks if c.max_rel_err is not None]
         fros = [c.fro_err for c in checks if c.fro_err is not None]
+        rows = [c for c in [*checks, check_row] if c is not None]
+        # Each error beside its own output's bound: the worst error and the tightest bound can be two outputs'.
+        worst = max((c for c in rows if c.max_rel_err is not None and c.tolerance is not None),
+                    key=lambda c: c.max_rel_err, default=None)
+        worst_fro = max((c for c in rows if c.fro_err is not None and c.fro_tolerance is not None),
+                        key=lambda c: c.fro_err, default=None)
         correctness = Correctness(
             max_rel_err=max(finite) if len(finite) == len(checks) else float("inf"),
-            tolerance=min(tols) if tols else None, max_fro_err=max(fros) if fros else None,
-            fro_tolerance=min((t for t in fro_tols if t is not None), default=None),
+            tolerance=worst.tolerance if worst else (min(tols) if tols else None),
+            max_fro_err=max(fros) if fros else None,
+            fro_tolerance=worst_fro.fro_tolerance if worst_fro else
+            min((t for t in fro_tols if t is not None), default=None),
             baseline_errors=calib, seeds=seeds, seeds_drawn=drawn_how, per_seed=checks, timed=timed,
             check_size=dict(check_meta["dims"]) if check_meta else {}, check=check_row)
         if check_row is not None and check_row.max_rel_err is not None and correctness.max_rel_err is not None:
@@ -483,8 +491,10 @@ class Evaluator:
             return SeedCheck(seed=seed, ok=False, reason=f"{len(outs)} outputs, expected {len(refs)}{refused}")
         ms = [compare(k, o, rr, dtypes[k], tols[k], fro_tols[k]) for k, (o, rr) in enumerate(zip(outs, refs))]
         bad = max(ms, key=lambda m: (not m.ok, m.rel_err / m.tolerance))
-        return SeedCheck(seed=seed, ok=all(m.ok for m in ms), max_rel_err=max(m.rel_err for m in ms),
-                         fro_err=max(m.fro_err for m in ms), reason=bad.reason, bad_elements=bad.bad_elements,
+        worst, worst_fro = max(ms, key=lambda m: m.rel_err), max(ms, key=lambda m: m.fro_err)
+        return SeedCheck(seed=seed, ok=all(m.ok for m in ms), max_rel_err=worst.rel_err, tolerance=worst.tolerance,
+                         fro_err=worst_fro.fro_err, fro_tolerance=worst_fro.fro_tolerance,
+                         reason=bad.reason, bad_elements=bad.bad_elements,
                          worst_index=list(bad.worst_index), worst_out=bad.worst_out, worst_ref=bad.worst_ref)
 
 
