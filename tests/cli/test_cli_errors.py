@@ -32,7 +32,7 @@ CASES = {
     "unknown task": (["compile", "--task", "nosuch", "--kernel", KERNEL], "unknown task 'nosuch'"),
     "missing kernel": (["compile", "--task", "8p_GEMM", "--kernel", "missing.py"], "kernel file not found: missing.py"),
     "missing option": (["evaluate", "--task", "8p_GEMM"], "Missing option '--kernel'"),
-    "bad size choice": (["test", "--task", "8p_GEMM", "--kernel", KERNEL, "--size", "huge"], "'huge' is not one of"),
+    "bad size choice": (["test", "--task", "8p_GEMM", "--kernel", KERNEL, "--size", "huge"], "has no size 'huge' (has full, smoke)"),
     "bad seeds": (["evaluate", "--task", "8p_GEMM", "--kernel", KERNEL, "--seeds", "0"], "--seeds"),
     "profile chip": (["profile", "--task", "8p_GEMM", "--kernel", KERNEL, "--chip", "v9"], "unknown chip 'v9'"),
     "autotune chip": (["autotune", "--task", "8p_GEMM", "--kernel", KERNEL, "--chip", "tpu9"], "unknown chip 'tpu9'"),
