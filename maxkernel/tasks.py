@@ -204,18 +204,6 @@ class Task:
             out = self.module.create_inputs(**kw)
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
-    def int8_flops(self, size: str = "full") -> float:
-        """The baseline's matmul FLOPs whose operands are both 8-bit integers (traced, loops multiplied): what a
-        compute floor prices at the chip's int8 rate. 0 for a task this process knows only by its facts."""
-        if self.described:
-            return 0.0
-        import jax
-
-        from maxkernel.harness.verdict.integrity import census
-
-        inputs = jax.eval_shape(lambda: self.create_inputs(size=size, seed=0))
-        return census(jax.make_jaxpr(self.module.workload)(*inputs)).int8_contraction_flops
-
     def flops(self, size: str = "full") -> int | None:
         fn = getattr(self.module, "get_flops", None)
         if fn is None:

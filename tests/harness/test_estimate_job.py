@@ -131,7 +131,7 @@ def _density(task, dims: dict) -> float:
     structs = ej._structs_at(task, dims, "full")
     outs = jax.eval_shape(task.module.workload, *structs)
     moved = sum(ej._nbytes(a) for a in list(structs) + jax.tree_util.tree_leaves(outs))
-    return ej._flops_at(task, dims) / moved
+    return ej._flops_at(task, dims, "full") / moved
 
 
 def test_a_baseline_is_profiled_in_its_full_size_regime():
@@ -144,10 +144,10 @@ def test_a_baseline_is_profiled_in_its_full_size_regime():
     budget = {**BUDGET, "full_bytes": 2 * (4096 * 8192 * 2 + 8192 * 8192 + 8192)}
     p = ej.plan(task, task.module.workload, "full", V5E, False, budget, ["batch_size"])
     assert p["reached_budget"] and set(p["shrunk_dims"]) == {"batch_size", "out_features"}
-    full = ej._flops_at(task, p["full_dims"])
+    full = ej._flops_at(task, p["full_dims"], "full")
     for pt in p["points"]:
         assert pt["dims"]["in_features"] == 8192 and pt["dims"]["out_features"] >= 1024
-        assert math.isclose(pt["x"] * full, ej._flops_at(task, pt["dims"]), rel_tol=1e-3)  # x still measures the work
+        assert math.isclose(pt["x"] * full, ej._flops_at(task, pt["dims"], "full"), rel_tol=1e-3)  # x still measures the work
     smallest = p["points"][0]
     by_batch = {**p["full_dims"], "batch_size": round(4096 * smallest["x"])}  # the same work, batch alone shrunk
     assert _density(task, smallest["dims"]) > 3 * _density(task, by_batch)

@@ -116,7 +116,7 @@ def task_work(task, size: str) -> tuple[float, int, float]:
     its workload."""
     try:
         io = _io_bytes(task, size)
-        int8 = task.int8_flops(size)
+        int8 = _int8_flops(task, size)
     except Exception as exc:  # noqa: BLE001  (the task's own code can raise anything)
         raise _baseline_error(task, size, exc) from exc
     return float(task.flops(size) or 0.0), io, int8
@@ -622,6 +622,19 @@ def _dims_order(task, is_kernel: bool) -> list[str]:
     return names
 
 
+def _int8_flops(task, size: str) -> float:
+    """The baseline's matmul FLOPs whose operands are both 8-bit integers (traced, loops multiplied): what a compute
+    floor prices at the chip's int8 rate. 0 for a task this process knows only by its facts."""
+    if task.described:
+        return 0.0
+    import jax
+
+    from maxkernel.harness.verdict.integrity import census
+
+    inputs = jax.eval_shape(lambda: task.create_inputs(size=size, seed=0))
+    return census(jax.make_jaxpr(task.module.workload)(*inputs)).int8_contraction_flops
+
+
 def _io_bytes(task, size: str) -> int:
     """Bytes the inputs and the baseline's outputs occupy: what any implementation must move through HBM."""
     structs, outs = task.structs(size)
@@ -698,7 +711,7 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
                        f"(steeper than the line through all: the cost per unit of work was still rising)")
     cycles_ms = full_cycles / clock * 1e3
     flops = float(task.flops(size) or 0.0)
-    int8 = task.int8_flops(size)
+    int8 = _int8_flops(task, size)
     spec_bytes = traffic.get("bytes")
     hbm_bytes = max(io_bytes, spec_bytes or 0)
     floors = roofline_floors(chip, flops, io_bytes, int8)  # the task's: what any implementation needs
