@@ -25,7 +25,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from maxkernel import chips
-from maxkernel.harness.estimate.facts import PLAN_PROGRESS_FILE, PROFILE_PROGRESS_FILE, libtpu_version, task_dims
+from maxkernel.harness.estimate.facts import (PLAN_PROGRESS_FILE, PROFILE_PROGRESS_FILE, int8_matmul_flops,
+                                              libtpu_version, task_dims)
 from maxkernel.harness.sandbox.guard import jobs_guarded
 from maxkernel.settings import get_settings
 
@@ -629,10 +630,8 @@ def _int8_flops(task, size: str) -> float:
         return 0.0
     import jax
 
-    from maxkernel.harness.verdict.integrity import census
-
     inputs = jax.eval_shape(lambda: task.create_inputs(size=size, seed=0))
-    return census(jax.make_jaxpr(task.module.workload)(*inputs)).int8_contraction_flops
+    return int8_matmul_flops(jax.make_jaxpr(task.module.workload)(*inputs))
 
 
 def _io_bytes(task, size: str) -> int:

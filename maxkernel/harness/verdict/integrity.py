@@ -29,7 +29,6 @@ _REDUCTIONS = frozenset("""
 reduce_sum reduce_max reduce_min reduce_prod reduce_and reduce_or argmax argmin cumsum cumprod cummax cummin
 cumlogsumexp reduce_precision
 """.split()) - {"reduce_precision"}
-_INT8 = frozenset({"int8", "uint8", "int4", "uint4"})
 # Host escapes: arbitrary Python or native code that the harness cannot see into.
 _FORBIDDEN = frozenset({"pure_callback", "io_callback", "debug_callback", "ffi_call", "custom_call"})
 
@@ -39,7 +38,6 @@ class Census:
     total_flops: float = 0.0
     pallas_flops: float = 0.0
     contraction_flops: float = 0.0
-    int8_contraction_flops: float = 0.0  # matmuls whose operands are both 8-bit integers (the MXU's int8 rate)
     outside_contraction_flops: float = 0.0
     pallas_calls: int = 0
     forbidden: list = field(default_factory=list)  # names of host-escape primitives found
@@ -141,8 +139,6 @@ def _walk(jaxpr, c: Census, scale: float, in_pallas: bool) -> tuple[float, float
             own_f, own_k = eqn_flops(eqn)
             c.total_flops += own_f * scale
             c.contraction_flops += own_k * scale
-            if own_k and all(str(getattr(v.aval, "dtype", "")) in _INT8 for v in eqn.invars[:2]):
-                c.int8_contraction_flops += own_k * scale
             if in_pallas:
                 c.pallas_flops += own_f * scale
             else:
