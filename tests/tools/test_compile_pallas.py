@@ -55,3 +55,17 @@ def test_compile_shows_what_the_source_says_beside_the_compiler(tmp_path):
     assert f"Lint (parallel_reduction, line {r.lint[0]['line']}): " in r.summary and "'arbitrary'" in r.summary
     clean = compile_pallas("8p_GEMM", str(ROOT / "jaxbench/8p_GEMM/kernel.py"), "v5e", "smoke")
     assert clean.ok and clean.lint == [] and "Lint" not in clean.summary
+
+
+def test_a_task_with_configs_is_compiled_at_each(tmp_path):
+    """A kernel written for prefill alone (it refuses 16 rows) compiled "OK": only the task's first config was
+    compiled. Each config is now, and the one that fails fails the compile."""
+    src = (ROOT / "jaxbench/realworld/rw_w8a8_int8_matmul/kernel.py").read_text()
+    guard = "    if m < 32:\n        raise ValueError('written for prefill only')\n    bs = BlockSizes.fit("
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text(src.replace("    bs = BlockSizes.fit(", guard, 1))
+    r = compile_pallas("rw_w8a8_int8_matmul", str(kernel), "v5e", "smoke")
+    assert list(r.configs) == ["prefill", "decode"] and r.configs["decode"]["size"] == "smoke@decode"
+    assert r.configs["prefill"]["ok"] and not r.configs["decode"]["ok"] and not r.ok
+    assert "written for prefill only" in r.error and "decode: FAILED" in r.summary
+    assert compile_pallas("rw_w8a8_int8_matmul", str(kernel), "v5e", "smoke@decode").configs == {}  # one named
