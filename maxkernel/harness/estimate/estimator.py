@@ -628,10 +628,16 @@ def _int8_flops(task, size: str) -> float:
     floor prices at the chip's int8 rate. 0 for a task this process knows only by its facts."""
     if task.described:
         return 0.0
-    import jax
+    key = (str(task.path), task.digest, size)  # traced once per task files and size: every fit asks again
+    if key not in _INT8_SEEN:
+        import jax
 
-    inputs = jax.eval_shape(lambda: task.create_inputs(size=size, seed=0))
-    return int8_matmul_flops(jax.make_jaxpr(task.module.workload)(*inputs))
+        inputs = jax.eval_shape(lambda: task.create_inputs(size=size, seed=0))
+        _INT8_SEEN[key] = int8_matmul_flops(jax.make_jaxpr(task.module.workload)(*inputs))
+    return _INT8_SEEN[key]
+
+
+_INT8_SEEN: dict[tuple, float] = {}
 
 
 def _io_bytes(task, size: str) -> int:
