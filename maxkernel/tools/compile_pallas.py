@@ -143,8 +143,6 @@ def compile_many(task: str, kernel: str, chip_names: list[str], configs: list[di
     Results arrive one per compile; if the process is killed (timeout), finished ones are kept and the
     rest are reported as not compiled.
     """
-    from maxkernel.harness.jobs.compile_many_job import PROGRESS_FILE
-
     configs = configs or [{}]
     wanted = [(cfg, c) for cfg in configs for c in chip_names]
     from maxkernel.tasks import load_task
@@ -164,16 +162,22 @@ def compile_many(task: str, kernel: str, chip_names: list[str], configs: list[di
     job = {"kind": "compile_many", "task": spec, "kernel": "kernel.py", "chips": list(chip_names),
            "configs": configs, "size": size, "guard": jobs_guarded()}
     budget = timeout or min(get_settings().eval_timeout_s, 60.0 + 30.0 * len(wanted))
-    res = compile_pool().run(job, {"kernel.py": Path(kernel).read_bytes(), **task_files}, budget)
+    files = {"kernel.py": Path(kernel).read_bytes(), **task_files}
+    res = compile_pool().run(job, files, budget)
+    again = ""
+    if res.status == "crashed" and not _progress(res):
+        # Killed before its first compile came back, with no error of its own (the machine's out-of-memory killer
+        # takes the largest process, which a compile may be while its neighbours are busy): run it once more, and
+        # say so. A kernel that crashes the compiler crashes it twice, and is reported as such.
+        first = f"the first compile process died after {res.wall_s:.0f} s ({res.death()}) and was run again"
+        res.cleanup()
+        res = compile_pool().run(job, files, budget)
+        again = f" ({first})" if res.status != "crashed" else ""
     try:
-        done = []
-        if res.scratch is not None:
-            try:  # written inside the sandbox: a regular file of JSON lines, or nothing is taken from it
-                text = read_bytes(res.scratch, PROGRESS_FILE, MAX_RESULT_BYTES).decode(errors="replace")
-                done = [r for r in (json.loads(line) for line in text.splitlines() if line.strip()) if isinstance(r, dict)]
-            except (CopyOutError, ValueError):
-                done = []
+        done = _progress(res)
         why = (res.result or {}).get("error") or f"the compile process {res.status} after {res.wall_s:.0f} s"
+        if res.status == "crashed":
+            why += f" ({res.death()}), twice in a row" + _last_line(res.stderr_tail)
         if res.status == "timeout" and not (res.result or {}).get("error"):
             why += (f" (its budget: {budget:.0f} s for {len(wanted)} compile(s); a loaded machine or a large kernel "
                     "may need more: `maxkernel compile --timeout SECONDS`)")
@@ -192,9 +196,30 @@ def compile_many(task: str, kernel: str, chip_names: list[str], configs: list[di
         for cfg, chip in wanted[len(out):]:
             out.append(CompileResult(ok=False, summary=f"FAILED: not compiled: {why}", chip=chip, stage="sandbox",
                                      error=why, config=cfg))
+        for r in out:
+            r.summary += again
         return out
     finally:
         res.cleanup()
+
+
+def _progress(res) -> list[dict]:
+    """The compile records a job wrote before it ended (one JSON line per compile), read from its scratch."""
+    from maxkernel.harness.jobs.compile_many_job import PROGRESS_FILE
+
+    if res.scratch is None:
+        return []
+    try:  # written inside the sandbox: a regular file of JSON lines, or nothing is taken from it
+        text = read_bytes(res.scratch, PROGRESS_FILE, MAX_RESULT_BYTES).decode(errors="replace")
+        return [r for r in (json.loads(line) for line in text.splitlines() if line.strip()) if isinstance(r, dict)]
+    except (CopyOutError, ValueError):
+        return []
+
+
+def _last_line(log: str) -> str:
+    """The log's last line, said after a crash (where an abort or a fatal error names itself), or nothing."""
+    lines = [ln.strip() for ln in (log or "").splitlines() if ln.strip()]
+    return f"; its log ends: {lines[-1][:300]}" if lines else ""
 
 
 def users_file(text: str, inside: str | None, kernel: str) -> str:

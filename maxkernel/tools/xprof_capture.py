@@ -175,7 +175,7 @@ def _failure(res, r: dict, kernel: str, wall: float) -> ProfileResult:
     if res.status == "timeout":
         stage, err = "sandbox", f"the profile did not finish within {res.wall_s:.0f} s; its process was killed"
     elif res.status == "crashed":
-        stage, err = "sandbox", f"the profile process died without a result (exit code {res.returncode})"
+        stage, err = "sandbox", f"the profile process died without a result ({res.death()})"
     else:
         stage, err = r.get("stage", "worker"), r.get("error") or "unknown error"
     # The innermost frame in the candidate's file, named by the caller's path rather than the sandbox copy.

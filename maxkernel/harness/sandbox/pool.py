@@ -62,6 +62,29 @@ class SandboxResult:
     def scratch(self) -> Path | None:
         return self.worker.scratch if self.worker else None
 
+    def death(self) -> str:
+        """How a job that wrote no result ended, in words: the signal that killed it (SIGKILL from outside the
+        job is most often the kernel's out-of-memory killer), or its exit code, and any sandbox limit it hit."""
+        rc = self.returncode
+        if rc is None:
+            how = "no exit code"
+        elif rc < 0 or (self.isolation == "bwrap" and 128 < rc < 160):  # bubblewrap exits 128+N for signal N
+            sig = -rc if rc < 0 else rc - 128
+            try:
+                name = signal.Signals(sig).name
+            except ValueError:
+                name = f"signal {sig}"
+            how = f"killed by {name}"
+            if sig == signal.SIGKILL:
+                how += " (from outside the job: the machine's out-of-memory killer, or a kill)"
+            elif sig in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS):
+                how += " (the job's own crash)"
+        else:
+            how = f"exit code {rc}"
+        if self.limits_hit:
+            how += f"; sandbox limit hit: {', '.join(self.limits_hit)}"
+        return how
+
     def cleanup(self) -> None:
         """Remove the job's scratch folder (its outputs are gone after this)."""
         if self.worker is not None:

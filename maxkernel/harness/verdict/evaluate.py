@@ -296,7 +296,7 @@ class Evaluator:
                            detail=res.stderr_tail[-2000:])
         if res.status == "crashed":
             return Verdict(**base, status="error", stage="sandbox",
-                           reason=f"the candidate process died without a result (exit code {res.returncode})"
+                           reason=f"the candidate process died without a result ({res.death()})"
                                   + _memory_hint(res.stderr_tail),
                            detail=res.stderr_tail[-2000:])
         status = r.get("status")
