@@ -83,7 +83,7 @@ def _chip_cell(task, kernel: Path, verdict, chip: str, sizes: list[str], compile
     """One chip's compile and estimate (per config, geomean speedup), with the tie between what was priced and
     what was checked; a speedup is reported only when every config was estimated and tied."""
     from maxkernel.harness.estimate.estimator import estimate
-    from maxkernel.harness.verdict.integrity import priced_differs
+    from maxkernel.harness.verdict.integrity import checked_prints, priced_differs
 
     cell: dict = {"chip": chip, "compiled": all(compiled[(chip, s)].ok for s in sizes), "configs": {}}
     first = compiled[(chip, sizes[0])]
@@ -96,7 +96,7 @@ def _chip_cell(task, kernel: Path, verdict, chip: str, sizes: list[str], compile
         est = estimate(_spec(task), str(kernel), chip=chip, size=size)
         why = None
         if est.ok:
-            why = priced_differs(verdict.integrity.get("fingerprints") or {}, (est.fit or {}).get("fingerprints") or [])
+            why = priced_differs(checked_prints(verdict.integrity, size), (est.fit or {}).get("fingerprints") or [])
         error, stage = (None, None) if est.ok else (est.error or est.summary, est.stage)
         if est.ok and est.speedup_estimate is None:  # the kernel priced, the XLA baseline not: no speedup to show
             base = est.baseline
@@ -129,7 +129,7 @@ def _expert_cell(task, expert: Path, verdict, chip: str, sizes: list[str], compi
     to the expert's verdict), and the kernel's estimated speedup over it: the geomean over configs of expert time
     over kernel time, None unless every config of both was estimated."""
     from maxkernel.harness.estimate.estimator import estimate
-    from maxkernel.harness.verdict.integrity import priced_differs
+    from maxkernel.harness.verdict.integrity import checked_prints, priced_differs
 
     out: dict = {"configs": {}, "compiled": all(compiled[(chip, s)].ok for s in sizes)}
     if not out["compiled"]:
@@ -139,7 +139,7 @@ def _expert_cell(task, expert: Path, verdict, chip: str, sizes: list[str], compi
         return out
     for size in sizes:
         est = estimate(_spec(task), str(expert), chip=chip, size=size)
-        why = priced_differs(verdict.integrity.get("fingerprints") or {},
+        why = priced_differs(checked_prints(verdict.integrity, size),
                              (est.fit or {}).get("fingerprints") or []) if est.ok else None
         error = None if est.ok else (est.error or est.summary)
         if why:

@@ -229,13 +229,13 @@ def _on_accelerator() -> bool:
     return jax.default_backend() != "cpu"
 
 
-def _priced_is_not_checked(verdict, est) -> str | None:
-    """Why an estimate (a cache hit by now) does not price the program the verdict checked, or None."""
-    from maxkernel.harness.verdict.integrity import priced_differs
+def _priced_is_not_checked(verdict, est, size: str) -> str | None:
+    """Why an estimate at `size` (a cache hit by now) does not price the program the verdict checked, or None."""
+    from maxkernel.harness.verdict.integrity import checked_prints, priced_differs
 
     if not est.ok:
         return "the priced program cannot be tied to the checked one (it has no estimate now)"
-    why = priced_differs(verdict.integrity.get("fingerprints") or {}, (est.fit or {}).get("fingerprints") or [])
+    why = priced_differs(checked_prints(verdict.integrity, size), (est.fit or {}).get("fingerprints") or [])
     return f"the program priced at full size is not the one checked ({why})" if why else None
 
 
@@ -283,7 +283,7 @@ def _by_estimate(task, kernel, chip, size, configs, compiled, cache, seeds, max_
             break
         gated += 1
         v = ev.evaluate(task, kernel, size=size, seeds=seeds, tunables=t.config, reps=0, estimate=False)
-        changed = _priced_is_not_checked(v, estimate_program(spec, kernel, target, full, t.config)) \
+        changed = _priced_is_not_checked(v, estimate_program(spec, kernel, target, full, t.config), full) \
             if v.status == "correct" else None
         if changed:  # the estimate that ranked it prices another program than the one just checked
             t.outcome, t.reason = "rejected", f"not ranked: {changed}"[:500]

@@ -134,3 +134,20 @@ def test_a_kernel_wrong_on_one_config_is_caught_and_the_config_named(task_dir, t
     bad = evaluator.evaluate(str(task_dir), wrong, size="smoke", estimate=False)
     assert bad.status == "incorrect" and bad.reason.startswith("[config narrow]"), bad.reason
     assert bad.configs["wide"]["status"] == "correct" and bad.configs["narrow"]["status"] == "incorrect"
+
+
+@pytest.mark.unit
+def test_an_estimate_at_a_config_is_tied_to_that_configs_checked_program():
+    """rw_causal_conv1d's decode kernel is another program than its prefill one: the combined verdict carried the
+    first config's fingerprints only, so every decode estimate read as "not the program checked". Each config's
+    fingerprints travel with the combined verdict, and a size naming a config is compared with its own."""
+    from maxkernel.harness.verdict.integrity import checked_prints, priced_differs
+
+    prefill, decode = {"kernels": ["p"], "outside": "o"}, {"kernels": ["d"], "outside": "o"}
+    a = _verdict("correct", 2.0, 1e-4).model_copy(update={"integrity": {"fingerprints": {"check": prefill}}})
+    b = _verdict("correct", 1.0, 1e-4).model_copy(update={"integrity": {"fingerprints": {"check": decode}}})
+    both = combine("smoke", {"prefill": ("smoke", a), "decode": ("smoke@decode", b)})
+    assert priced_differs(checked_prints(both.integrity, "full@decode"), [decode]) is None
+    assert priced_differs(checked_prints(both.integrity, "full"), [prefill]) is None
+    assert priced_differs(checked_prints(both.integrity, "full@decode"), [prefill])  # still refused across configs
+    assert priced_differs(checked_prints(both.integrity, "full"), [decode])

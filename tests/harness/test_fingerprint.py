@@ -146,8 +146,8 @@ def test_the_autotuner_holds_a_gated_config_to_the_same_tie():
     same = ProgramEstimate(ok=True, program="kernel", chip="v5e", estimated_ms=1.0, fit={"fingerprints": [FP]})
     other = ProgramEstimate(ok=True, program="kernel", chip="v5e", estimated_ms=1.0,
                             fit={"fingerprints": [{"kernels": ["b2"], "outside": "o"}]})
-    assert _priced_is_not_checked(v, same) is None
-    assert "not the one checked" in _priced_is_not_checked(v, other)
+    assert _priced_is_not_checked(v, same, "full") is None
+    assert "not the one checked" in _priced_is_not_checked(v, other, "full")
 
 
 def test_a_body_that_unrolls_a_python_loop_over_a_size_is_named_so():

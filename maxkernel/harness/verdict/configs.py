@@ -54,7 +54,10 @@ def combine(size: str, verdicts: dict[str, tuple[str, Verdict]]) -> Verdict:
                                        "speedup": None, "flags": flags})
     first = next(iter(verdicts.values()))[1]
     worst = max((v for _, v in verdicts.values()), key=_closeness)  # the first of equals: max keeps the first
+    # Each config's program as it was checked, so an estimate at one config is tied to that config's program.
+    prints = {name: (v.integrity or {}).get("fingerprints") or {} for name, (_, v) in verdicts.items()}
     update = {"size": size, "configs": rows, "wall_s": wall, "flags": flags,
+              "integrity": {**(first.integrity or {}), "fingerprints_by_config": prints},
               "speedup": geomean([v.speedup for _, v in verdicts.values()]), "correctness": worst.correctness}
     estimates = [v.estimate for _, v in verdicts.values()]
     if all(e and e.get("speedup_estimate") for e in estimates):

@@ -9,7 +9,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 __all__ = ["Census", "census", "judge", "judge_lowering", "pallas_kernels", "lowering_disagrees", "fingerprint",
-           "fingerprint_differs", "priced_differs", "eqn_flops", "MIN_PALLAS_SHARE", "MAX_OUTSIDE_CONTRACTION_SHARE",
+           "fingerprint_differs", "priced_differs", "checked_prints", "eqn_flops", "MIN_PALLAS_SHARE", "MAX_OUTSIDE_CONTRACTION_SHARE",
            "MIN_WORK_RATIO", "MAX_UNKNOWN_ELEMENTS"]
 
 # A candidate must do most of its arithmetic inside pallas_call, and its matmuls/convolutions almost entirely.
@@ -480,6 +480,17 @@ def fingerprint_differs(checked: dict, priced: dict) -> str | None:
     if checked.get("outside") != priced.get("outside"):
         return "the XLA operations around its kernels changed with the size"
     return None
+
+
+def checked_prints(integrity: dict, size: str) -> dict:
+    """The fingerprints a verdict checked for `size`: a task with configs is judged on each, and a size naming one
+    (full@decode) is tied to that config's program, not the first config's (a decode kernel is another program than
+    the prefill one, and compared with it, every decode estimate read as "not the program checked")."""
+    by_config = (integrity or {}).get("fingerprints_by_config") or {}
+    name = size.split("@", 1)[1] if "@" in size else None
+    if name is not None and name in by_config:
+        return by_config[name] or {}
+    return (integrity or {}).get("fingerprints") or {}
 
 
 def priced_differs(prints: dict, priced: list) -> str | None:
