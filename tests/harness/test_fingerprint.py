@@ -251,3 +251,18 @@ def test_a_slice_that_spans_its_dim_at_one_size_is_the_same_program():
 def test_a_shipped_kernel_whose_lines_wrap_with_the_size_prints_one_program(task):
     p = _prints(task, jaxbench.task_dir(task) / "kernel.py")
     assert fingerprint_differs(p["smoke"], p["full"]) is None and fingerprint_differs(p["check"], p["full"]) is None
+
+
+def test_an_estimated_speedup_past_ten_stands_only_where_xla_is_that_far_above_the_floor():
+    """rw_rglru_scan: XLA runs the recurrence as a 4096-step loop priced 40x above the roofline floor, and the kernel
+    near the floor was estimated 39x: that is honest. The bound is what running at the floor would gain, so a
+    speedup that needs the kernel below the floor is refused, as is one past ten where XLA is near it."""
+    def at(speedup, floor_ms):
+        return _estimate(speedup, [FP]).model_copy(update={"roofline_ms": floor_ms})
+
+    near_floor = _with_estimate(_verdict({"checked": FP, "check": FP}), at(39.0, 0.9))  # XLA 39 ms, floor 0.9 ms
+    assert near_floor.status == "correct" and near_floor.rank[0] == pytest.approx(39.0), near_floor.reason
+    below_floor = _with_estimate(_verdict({"checked": FP, "check": FP}), at(39.0, 2.0))  # would need 0.5x the floor
+    assert below_floor.status == "rejected" and "limit is 20.5x" in below_floor.reason, below_floor.reason
+    xla_near_floor = _with_estimate(_verdict({"checked": FP, "check": FP}), at(14.0, 7.0))
+    assert xla_near_floor.status == "rejected" and "limit is 10x" in xla_near_floor.reason
