@@ -236,6 +236,30 @@ def test_ops_without_a_formula_are_reported():
     assert [u["op"] for u in r["unknown_ops"]] == ["stablehlo.fft"]
 
 
+def test_a_top_k_outside_pallas_is_counted_as_comparisons_not_refused():
+    """rw_lightning_indexer's answer is each row's top 2048 scores: the selection may stay XLA's, counted at log2(k)
+    comparisons per input (so it weighs against the kernel's share), where it was refused as work nobody counts."""
+    from maxkernel.harness.verdict.integrity import eqn_flops
+
+    r = census(lambda x: lax.top_k(x, 64)[0], S256)
+    assert r["unknown_ops"] == [] and r["outside_flops"] == 256 * 256 * 6, r
+    eqn = jax.make_jaxpr(lambda x: lax.top_k(x, 64)[0])(S256).jaxpr.eqns[0]
+    assert eqn.primitive.name == "top_k" and eqn_flops(eqn) == (256 * 256 * 6, 0.0)
+
+
+def test_a_top_k_composite_that_decomposes_to_other_work_is_not_taken_at_its_name():
+    """A composite is named by whoever lowered it and XLA runs its decomposition: one named chlo.top_k that hides a
+    matmul in it is counted by its decomposition, and reported, not priced as comparisons."""
+    text = export(lambda x: lax.top_k(x, 64)[0], S256)
+    dot = ("%hidden = stablehlo.dot_general %arg0, %arg0, contracting_dims = [1] x [0] : "
+           "(tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>\n")
+    forged, n = re.subn(r'(\s*)(%1:2 = "stablehlo.sort"\()%arg0', lambda m: m.group(1) + dot + m.group(1) + m.group(2)
+                        + "%hidden", text)
+    assert n == 1
+    r = audit_module(forged)
+    assert r["outside_contraction_flops"] == GEMM and "chlo.top_k" in [u["op"] for u in r["unknown_ops"]], r
+
+
 def test_host_callbacks_are_forbidden():
     def fn(a):
         return jax.pure_callback(lambda x: np.asarray(x) * 2, jax.ShapeDtypeStruct(a.shape, a.dtype), a)

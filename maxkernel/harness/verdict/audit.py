@@ -329,6 +329,12 @@ class Census:
                 self.opaque.add(op)
             return total
         func = self.callee_of.get(op)
+        if n == "chlo.top_k" and func is not None and op.operands and _plain_top_k(func):
+            # A selection: each input meets about log2(k) comparisons. Only where its decomposition is the plain
+            # sort-and-slice one: a composite is named by whoever lowered it, and XLA runs what it decomposes to.
+            m = re.search(r"\bk = (\d+)", op.attr("composite_attributes") or "")
+            if m:
+                return (g.elements(op.operands[0]) * top_k_depth(int(m.group(1))), 0, 0, 0, 0)
         if func is not None:
             if op.name == "stablehlo.composite":  # e.g. chlo.ragged_dot: no formula, its decomposition as a bound
                 self.note_unknown(op, n)
@@ -362,6 +368,28 @@ class Census:
         if op.name not in ZERO_FLOP:
             self.note_unknown(op, n)
         return NOTHING
+
+
+_TOP_K_OPS = {"stablehlo.iota", "stablehlo.sort", "stablehlo.slice", "stablehlo.compare", "stablehlo.return",
+              "func.return"}
+
+
+def _plain_top_k(func) -> bool:
+    """Whether a top_k composite's decomposition is what JAX lowers it to: an iota, one sort whose comparator only
+    compares, and slices."""
+    for region in func.regions:
+        for _, ops in region:
+            for op in ops:
+                if op.name not in _TOP_K_OPS or any(inner.name not in _TOP_K_OPS for inner in op.nested()):
+                    return False
+    return True
+
+
+def top_k_depth(k: int) -> int:
+    """Comparisons per input element a top-k selection is counted at: log2(k), rounded up (at least one). Counted,
+    not refused: a task whose answer is a top-k (rw_lightning_indexer) may leave the selection to XLA, and the
+    comparisons weigh against the kernel's share like any other work outside it."""
+    return max(1, math.ceil(math.log2(max(k, 1))))
 
 
 def max_nesting(text):

@@ -96,6 +96,10 @@ def eqn_flops(eqn) -> tuple[float, float]:
         return float(out), 0.0
     if name in _REDUCTIONS:
         return float(_size(eqn.invars[0].aval)), 0.0
+    if name == "top_k":  # a selection: about log2(k) comparisons per input element
+        from maxkernel.harness.verdict.audit import top_k_depth
+
+        return float(_size(eqn.invars[0].aval) * top_k_depth(int(eqn.params.get("k") or 1))), 0.0
     return 0.0, 0.0
 
 
