@@ -82,6 +82,27 @@ def evaluator():
 
 
 @pytest.fixture(autouse=True)
+def _sandbox_env_left_alone():
+    """A test that leaves a variable the sandbox passes to its jobs changed (pool._ENV_PASS) changes every later job
+    of its process: a unit test that ran the estimate-compile job in-process left LIBTPU_INIT_ARGS naming an LLO
+    profile dump, and every later compile of that pytest worker dumped profiles and died out of memory (CI, twice).
+    The variable is put back and the test fails."""
+    from maxkernel.harness.sandbox.pool import _ENV_PASS
+
+    before = {k: os.environ.get(k) for k in _ENV_PASS}
+    yield
+    changed = sorted(k for k, v in before.items() if os.environ.get(k) != v)
+    for k in changed:
+        if before[k] is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = before[k]
+    if changed:
+        pytest.fail(f"the test left {', '.join(changed)} changed in os.environ, which every later sandboxed job of "
+                    "this process inherits: use monkeypatch.setenv")
+
+
+@pytest.fixture(autouse=True)
 def _unit_tier_is_light(request, monkeypatch):
     """Tests marked `unit` may not start sandboxed jobs or libtpu compiles (tests/_tiers.py)."""
     if request.node.get_closest_marker("unit") is not None:

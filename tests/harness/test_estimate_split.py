@@ -150,6 +150,9 @@ def test_the_profile_job_profiles_every_split_point_even_where_two_share_an_x(tm
     for p in points:
         (tmp_path / p["file"]).write_text("")
     monkeypatch.setattr(compile_job, "_topology_device", lambda chip: object())
+    # The job sets LIBTPU_INIT_ARGS (its LLO profile dump) for its own process; run here, it must not outlive the
+    # test: every later sandboxed compile of this process inherited it, dumped profiles, and ran out of memory.
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "")
     monkeypatch.setattr(cj, "profiled_compile", lambda text, device, dump: {"ops": {"k": 100}, "zero_cycle_bytes": {},
                                                                               "compile_s": 0.0, "kernel_ops": ["k"]})
     assert cj.run({"chip": "v5e", "points": points}, tmp_path)["status"] == "ok"

@@ -140,3 +140,17 @@ def test_a_settings_sized_pool_keeps_one_more_ahead_only_when_jobs_come_back_to_
             assert fixed.size == 1 and len(fixed._ready) == 1
     finally:
         get_settings.cache_clear()
+
+
+def test_a_libtpu_dump_flag_in_the_callers_environment_does_not_reach_the_jobs(monkeypatch, tmp_path):
+    """An LLO profile dump inherited by every sandboxed compile (a user's LIBTPU_INIT_ARGS, or one a test left
+    behind) made the shipped 8p_GEMM's full-size compile run out of its address space, twice in a row: the dump
+    flags are dropped from what a job inherits, the other libtpu flags kept. The compile itself proves it."""
+    from maxkernel.harness.sandbox.pool import _child_env
+    from maxkernel.tools.compile_pallas import compile_many
+
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", f"--xla_jf_dump_static_llo_profile_to={tmp_path} --xla_tpu_foo=1")
+    assert _child_env(tmp_path)["LIBTPU_INIT_ARGS"] == "--xla_tpu_foo=1"
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", f"--xla_jf_dump_static_llo_profile_to={tmp_path}")
+    [r] = compile_many("8p_GEMM", str(Path(__file__).parents[2] / "jaxbench/8p_GEMM/kernel.py"), ["v5e"])
+    assert r.ok, r.summary

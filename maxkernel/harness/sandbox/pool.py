@@ -35,6 +35,7 @@ __all__ = ["SandboxResult", "Worker", "WorkerPool", "copy_files", "isolation_mod
 _ENV_PASS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "JAX_PLATFORMS", "JAX_ENABLE_X64", "XLA_FLAGS",
              "LIBTPU_INIT_ARGS", "TPU_VISIBLE_CHIPS", "TPU_ACCELERATOR_TYPE", "CUDA_VISIBLE_DEVICES",
              "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
+_DUMP_FLAGS = ("--xla_jf_dump", "--xla_dump_to", "--xla_mosaic_dump_to", "--xla_jf_dump_to")
 # /etc entries the interpreter and its libraries read (the dynamic loader, users, time zone, certificates).
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "passwd", "group", "nsswitch.conf",
         "hosts", "host.conf", "ssl", "ca-certificates", "alternatives", "os-release", "protocols", "services",
@@ -119,6 +120,9 @@ _USER_NS = ("--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UI
 def _child_env(scratch: Path) -> dict:
     s = get_settings()
     env = {k: os.environ[k] for k in (*_ENV_PASS, *s.sandbox_env_names) if k in os.environ}
+    if "LIBTPU_INIT_ARGS" in env:  # a dump flag names a folder outside the job, and an LLO profile dump per compile
+        # made a large kernel's compile run out of its address space: the jobs that want a dump set their own
+        env["LIBTPU_INIT_ARGS"] = " ".join(a for a in env["LIBTPU_INIT_ARGS"].split() if not a.startswith(_DUMP_FLAGS))
     env.update(HOME=str(scratch), TMPDIR=str(scratch), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
                TPU_SKIP_MDS_QUERY="1", ALLOW_MULTIPLE_LIBTPU_LOAD="1", PYTHONPATH=os.pathsep.join(map(str, _package_roots())))
     env.setdefault("JAX_PLATFORMS", "cpu" if not _accelerator_nodes() else "")
