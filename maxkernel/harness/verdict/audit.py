@@ -329,10 +329,12 @@ class Census:
                 self.opaque.add(op)
             return total
         func = self.callee_of.get(op)
-        if n == "chlo.top_k" and func is not None and op.operands and _plain_top_k(func):
-            # A selection: each input meets about log2(k) comparisons. Only where its decomposition is the plain
-            # sort-and-slice one: a composite is named by whoever lowered it, and XLA runs what it decomposes to.
-            m = re.search(r"\bk = (\d+)", op.attr("composite_attributes") or "")
+        if n == "chlo.top_k" and op.operands and (op.name == "chlo.top_k" or func is not None and _plain_top_k(func)):
+            # A selection: each input meets about log2(k) comparisons. The CHLO op itself (what .lower() prints),
+            # or its composite form (jax.export) where the decomposition is the plain sort-and-slice one: a
+            # composite is named by whoever lowered it, and XLA runs what it decomposes to.
+            m = re.search(r"\bk = (\d+)", op.attr("composite_attributes") or op.attr("k") or "") or \
+                re.match(r"\s*(\d+)", op.attr("k") or "")
             if m:
                 return (g.elements(op.operands[0]) * top_k_depth(int(m.group(1))), 0, 0, 0, 0)
         if func is not None:
