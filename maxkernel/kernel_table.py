@@ -4,8 +4,10 @@ static profile: estimates, labelled so); one record per task, resumable, summari
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -511,6 +513,40 @@ def run_table(tasks: list, chips: list[str], out: str | Path, progress: Callable
         raise TableError(f"unknown backend {backend!r}; choose local or ray")
     folder = Path(out)
     (folder / RECORDS).mkdir(parents=True, exist_ok=True)
+    with _table_lock(folder):
+        return _run_table(tasks, chips, folder, progress, backend, ray_address, concurrency)
+
+
+@contextlib.contextmanager
+def _table_lock(folder: Path):
+    """One table at a time per results folder: two runs on one folder wrote each other's records and tables (a row
+    one run judged was replaced by the other's, and its verdict's reason lost). The second is refused, naming the
+    first's pid."""
+    import fcntl
+
+    path = folder / ".lock"
+    with open(path, "a+", encoding="utf-8") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise TableError(f"another `bench kernels` (pid {holder}) is writing to {folder}: wait for it to finish, "
+                             "or give another --out") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        try:
+            yield
+        finally:
+            f.seek(0)
+            f.truncate()
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _run_table(tasks: list, chips: list[str], folder: Path, progress: Callable[[str], None], backend: str,
+               ray_address: str | None, concurrency: int) -> dict:
     rows: dict[str, dict] = {}
     todo = []
     for i, task in enumerate(tasks, 1):

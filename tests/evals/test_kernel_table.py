@@ -467,3 +467,23 @@ def test_each_config_of_the_tasks_with_several_is_summarized_apart():
     assert dec["fast_0"] == pytest.approx(1 / 3) and dec["fast_1"] == pytest.approx(1 / 3)  # fp8's decode is rough
     assert dec["geomean_speedup"] == pytest.approx(2.0) and dec["estimated"] == 1
     assert "| v5e | decode | 3 | 33% | 33% |" in _markdown(rows, s, ["v5e"])
+
+
+@pytest.mark.unit
+def test_a_second_table_on_the_same_folder_is_refused_while_the_first_runs(tmp_path):
+    """Two `bench kernels` on one --out wrote each other's records: a row one judged INCORRECT was replaced by the
+    other's, its reason lost. The second is refused at once, naming the first; the folder is free again after."""
+    import fcntl
+    import os
+
+    from maxkernel.kernel_table import RECORDS, TableError, run_table
+
+    (tmp_path / RECORDS).mkdir()
+    with open(tmp_path / ".lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("4242")
+        held.flush()
+        with pytest.raises(TableError, match=r"another `bench kernels` \(pid 4242\) is writing to"):
+            run_table([], ["v5e"], tmp_path)
+    doc = run_table([], ["v5e"], tmp_path)  # free again: an empty table is made
+    assert doc["rows"] == [] and os.path.exists(tmp_path / ".lock")
