@@ -55,7 +55,7 @@ def test_bench_list_text_keeps_configs_out_of_the_kernel_column(capsys):
     header, *rows, total = capsys.readouterr().out.splitlines()
     kernel_at, configs_at = header.index("kernel"), header.index("configs")
     by_name = {row.split()[0]: row for row in rows}
-    decode = by_name["rw_lightning_indexer"]  # configs, no kernel yet
+    decode = by_name["rw_moe_permute_unpermute"]  # configs, no kernel yet
     assert decode[kernel_at:configs_at].strip() == "-" and decode[configs_at:] == "prefill, decode"
     conv = by_name["rw_causal_conv1d"]  # configs and a kernel
     assert conv[kernel_at:configs_at].strip() == "yes" and conv[configs_at:] == "prefill, decode"
