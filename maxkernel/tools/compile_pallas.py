@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import threading
 from pathlib import Path
 
@@ -164,20 +165,20 @@ def compile_many(task: str, kernel: str, chip_names: list[str], configs: list[di
     budget = timeout or min(get_settings().eval_timeout_s, 60.0 + 30.0 * len(wanted))
     files = {"kernel.py": Path(kernel).read_bytes(), **task_files}
     res = compile_pool().run(job, files, budget)
-    again = ""
-    if res.status == "crashed" and not _progress(res):
-        # Killed before its first compile came back, with no error of its own (the machine's out-of-memory killer
-        # takes the largest process, which a compile may be while its neighbours are busy): run it once more, and
-        # say so. A kernel that crashes the compiler crashes it twice, and is reported as such.
+    done, again, retried = _progress(res), "", False
+    if res.status == "crashed" and not done and res.signal == signal.SIGKILL:
+        # Killed from outside before its first compile came back (the machine's out-of-memory killer takes the
+        # largest process, which a compile may be while its neighbours are busy): run it once more, and say so. A
+        # job that crashed itself (SIGSEGV, SIGABRT: the compiler on this kernel) is not run again.
         first = f"the first compile process died after {res.wall_s:.0f} s ({res.death()}) and was run again"
         res.cleanup()
         res = compile_pool().run(job, files, budget)
+        done, retried = _progress(res), True
         again = f" ({first})" if res.status != "crashed" else ""
     try:
-        done = _progress(res)
         why = (res.result or {}).get("error") or f"the compile process {res.status} after {res.wall_s:.0f} s"
         if res.status == "crashed":
-            why += f" ({res.death()}), twice in a row" + _last_line(res.stderr_tail)
+            why += f" ({res.death()}{', twice in a row' if retried else ''})" + _last_line(res.stderr_tail)
         if res.status == "timeout" and not (res.result or {}).get("error"):
             why += (f" (its budget: {budget:.0f} s for {len(wanted)} compile(s); a loaded machine or a large kernel "
                     "may need more: `maxkernel compile --timeout SECONDS`)")

@@ -71,7 +71,7 @@ def test_a_task_with_configs_is_compiled_at_each(tmp_path):
     assert compile_pallas("rw_w8a8_int8_matmul", str(kernel), "v5e", "smoke@decode").configs == {}  # one named
 
 
-def _kill_jobs(monkeypatch, times: int) -> list:
+def _kill_jobs(monkeypatch, times: int, sig=None) -> list:
     """Every compile job, up to `times`, SIGKILLed from outside as it is handed its files (as the machine's
     out-of-memory killer would); returns the list of pids killed."""
     import os
@@ -85,7 +85,7 @@ def _kill_jobs(monkeypatch, times: int) -> list:
         def kill_soon(worker):
             if len(kills) < times:
                 kills.append(worker.proc.pid)
-                os.killpg(worker.proc.pid, signal.SIGKILL)
+                os.killpg(worker.proc.pid, sig or signal.SIGKILL)
         return real_run(self, job, files, timeout, on_start=kill_soon, refill=refill)
 
     monkeypatch.setattr(WorkerPool, "run", run)
@@ -107,3 +107,12 @@ def test_a_compile_killed_from_outside_is_run_again_and_says_so(monkeypatch):
     assert len(kills) == 2 and not r.ok and r.stage == "sandbox", (kills, r.summary)
     assert "crashed after" in r.summary and "killed by SIGKILL (from outside the job" in r.summary, r.summary
     assert "twice in a row" in r.summary, r.summary
+
+    # A job that dies of its own crash (a compiler that segfaults on this kernel) is not run again.
+    import signal
+
+    monkeypatch.undo()
+    kills = _kill_jobs(monkeypatch, 5, signal.SIGSEGV)
+    [r] = compile_many("8p_GEMM", str(ROOT / "tests/harness/kernels/gemm_tiled.py"), ["v5e"])
+    assert len(kills) == 1 and not r.ok and "killed by SIGSEGV (the job's own crash)" in r.summary, r.summary
+    assert "twice" not in r.summary and "run again" not in r.summary, r.summary

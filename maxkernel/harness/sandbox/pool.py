@@ -35,7 +35,7 @@ __all__ = ["SandboxResult", "Worker", "WorkerPool", "copy_files", "isolation_mod
 _ENV_PASS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "JAX_PLATFORMS", "JAX_ENABLE_X64", "XLA_FLAGS",
              "LIBTPU_INIT_ARGS", "TPU_VISIBLE_CHIPS", "TPU_ACCELERATOR_TYPE", "CUDA_VISIBLE_DEVICES",
              "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
-_DUMP_FLAGS = ("--xla_jf_dump", "--xla_dump_to", "--xla_mosaic_dump_to", "--xla_jf_dump_to")
+_DUMP_FLAGS = ("--xla_jf_dump", "--xla_dump_to", "--xla_mosaic_dump_to")
 # /etc entries the interpreter and its libraries read (the dynamic loader, users, time zone, certificates).
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "passwd", "group", "nsswitch.conf",
         "hosts", "host.conf", "ssl", "ca-certificates", "alternatives", "os-release", "protocols", "services",
@@ -63,14 +63,21 @@ class SandboxResult:
     def scratch(self) -> Path | None:
         return self.worker.scratch if self.worker else None
 
+    @property
+    def signal(self) -> int | None:
+        """The signal that ended the job, or None: a negative exit code, or bubblewrap's 128+N for signal N."""
+        rc = self.returncode
+        if rc is not None and (rc < 0 or (self.isolation == "bwrap" and 128 < rc < 160)):
+            return -rc if rc < 0 else rc - 128
+        return None
+
     def death(self) -> str:
         """How a job that wrote no result ended, in words: the signal that killed it (SIGKILL from outside the
         job is most often the kernel's out-of-memory killer), or its exit code, and any sandbox limit it hit."""
-        rc = self.returncode
+        rc, sig = self.returncode, self.signal
         if rc is None:
             how = "no exit code"
-        elif rc < 0 or (self.isolation == "bwrap" and 128 < rc < 160):  # bubblewrap exits 128+N for signal N
-            sig = -rc if rc < 0 else rc - 128
+        elif sig is not None:
             try:
                 name = signal.Signals(sig).name
             except ValueError:
