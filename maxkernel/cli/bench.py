@@ -86,6 +86,44 @@ def _task_list(tasks: tuple[str, ...], all_tasks: bool, suite: str = "jaxbench")
     return [t.strip() for item in tasks for t in item.split(",") if t.strip()]
 
 
+def summary_lines(doc: dict) -> list[str]:
+    """What `bench agent` prints: a row per task (ranked speedup, named by its source), fast_p and the geomean."""
+    from maxkernel.evals import sources
+    from maxkernel.evals.stats import FAST_P, fast_key
+
+    s = doc["summary"]
+    lines = [f"{r['task']:<40} {'CORRECT' if r['correct'] else (r.get('failure') or 'failed').upper():<12} "
+             + _ranked_speedup(r) for r in doc["tasks"]]
+    fast = "  ".join(f"{fast_key(p)} {s[fast_key(p)]:.0%}" for p in FAST_P if s[fast_key(p)] is not None)
+    geo = f"{s['geomean_speedup']:.3g}x" if s["geomean_speedup"] else "—"
+    by = f", by {s['source_label']}" if s.get("source_label") else ""
+    lines.append(f"{s['tasks']} tasks, {s['correct']} correct; {fast}; geomean speedup {geo} (correct kernels{by})")
+    for part in s.get("apart") or []:
+        lines.append(f"  not folded in: {len(part.get('rows') or [])} correct kernel(s) ranked by "
+                     f"{part.get('source_label') or part.get('source')}")
+    if s["cpu_timing"] and any(sources.ranked(r)[1] == sources.CPU for r in doc["tasks"]):
+        lines.append("CPU: speedups are Pallas-interpreter vs XLA:CPU wall times, not TPU kernel performance")
+    for name, g in (s.get("by_suite") or {}).items() if len(s.get("by_suite") or {}) > 1 else ():
+        geo_s = f"{g['geomean_speedup']:.3g}x" if g["geomean_speedup"] else "—"
+        lines.append(f"  {name}: {g['tasks']} tasks, {g['correct']} correct; geomean speedup {geo_s}")
+    if doc.get("skipped"):
+        lines.append(f"skipped {len(doc['skipped'])}: {doc['skipped'][0]['reason']}")
+    lines.append(f"records in {doc['out']}/records; `maxkernel report {doc['out']}` renders them")
+    return lines
+
+
+def _ranked_speedup(record: dict) -> str:
+    """A task row's speedup: the one its record is ranked by (the TPU estimate off a TPU), named by its source;
+    never the interpreter's wall-time ratio under an estimate's headline."""
+    from maxkernel.evals import sources
+
+    value, source = sources.ranked(record)
+    if not value:
+        return ""
+    chip = f" on {record['estimate_chip']}" if source == sources.ESTIMATE and record.get("estimate_chip") else ""
+    return f"{value:.3g}x vs XLA ({sources.label(source)}{chip})"
+
+
 @bench.command("agent")
 @click.option("--tasks", multiple=True, help="comma-separated task names (repeatable)")
 @click.option("--all", "all_tasks", is_flag=True, help="every task of --suite")
@@ -110,7 +148,6 @@ def bench_agent(tasks, all_tasks, suite, mode, model, size, chip_name, out, conc
     chip = resolve_chip(chip_name, allow_native=False)
     names = _task_list(tasks, all_tasks, suite)
     from maxkernel.bench_agent import BenchError, run_bench_agent
-    from maxkernel.evals.stats import FAST_P, fast_key
 
     use_chip(chip)  # every task's loop or search reads the settings' chip
     try:
@@ -118,24 +155,7 @@ def bench_agent(tasks, all_tasks, suite, mode, model, size, chip_name, out, conc
                               size=size, backend=backend, ray_address=ray_address)
     except BenchError as exc:
         raise UsageError(str(exc)) from None
-    s = doc["summary"]
-    lines = [f"{r['task']:<40} {'CORRECT' if r['correct'] else (r.get('failure') or 'failed').upper():<12} "
-             + (f"{r['speedup']:.3g}x vs XLA" if r.get("speedup") else "") for r in doc["tasks"]]
-    fast = "  ".join(f"{fast_key(p)} {s[fast_key(p)]:.0%}" for p in FAST_P if s[fast_key(p)] is not None)
-    geo = f"{s['geomean_speedup']:.3g}x" if s["geomean_speedup"] else "—"
-    by = f", by {s['source_label']}" if s.get("source_label") else ""
-    lines.append(f"{s['tasks']} tasks, {s['correct']} correct; {fast}; geomean speedup {geo} (correct kernels{by})")
-    for part in s.get("apart") or []:
-        lines.append(f"  not folded in: {len(part.get('rows') or [])} correct kernel(s) ranked by "
-                     f"{part.get('source_label') or part.get('source')}")
-    if s["cpu_timing"]:
-        lines.append("CPU: speedups are Pallas-interpreter vs XLA:CPU wall times, not TPU kernel performance")
-    for name, g in (s.get("by_suite") or {}).items() if len(s.get("by_suite") or {}) > 1 else ():
-        geo_s = f"{g['geomean_speedup']:.3g}x" if g["geomean_speedup"] else "—"
-        lines.append(f"  {name}: {g['tasks']} tasks, {g['correct']} correct; geomean speedup {geo_s}")
-    if doc.get("skipped"):
-        lines.append(f"skipped {len(doc['skipped'])}: {doc['skipped'][0]['reason']}")
-    lines.append(f"records in {doc['out']}/records; `maxkernel report {doc['out']}` renders them")
+    lines = summary_lines(doc)
     emit(as_json, doc, "\n".join(lines), ok=not any(r.get("failure") == "agent_error" for r in doc["tasks"]))
 
 

@@ -252,3 +252,19 @@ def test_report_json_names_each_figures_source_and_rows(tmp_path, capsys):
         ("cpu_interpreter", ["8p_GEMM"])]
     assert main(["report", str(folder)]) == 0
     assert f"headline figures by {EST} (2 kernels); apart, not folded in: {CPU} (8p_GEMM)" in capsys.readouterr().out
+
+
+def test_bench_agent_rows_show_the_speedup_the_task_is_ranked_by_named_by_its_source():
+    # A correct kernel off a TPU is ranked by its TPU estimate; its record also keeps the interpreter's wall-time
+    # ratio (0.0094x here). The row printed under an estimate's headline must be the estimate, named as such.
+    from maxkernel.cli.bench import summary_lines
+
+    est = record("12p_RMSNorm", "p", correct=True, speedup=0.0094, rank_speedup=1.22, estimate_chip="v5e",
+                 rank_label="estimated TPU speedup on v5e (libtpu static profile)")
+    cpu = record("8p_GEMM", "p", correct=True, speedup=0.5, rank_label="CPU interpreter wall time")
+    lines = summary_lines({"summary": summarize([est]), "tasks": [est], "out": "o"})
+    assert "1.22x vs XLA (TPU estimate on v5e)" in lines[0] and "0.0094" not in lines[0]
+    assert not any(line.startswith("CPU:") for line in lines)  # nothing printed is an interpreter ratio
+    both = summary_lines({"summary": summarize([est, cpu]), "tasks": [est, cpu], "out": "o"})
+    assert "0.5x vs XLA (CPU interpreter, not TPU time)" in both[1]
+    assert any(line.startswith("CPU:") for line in both)
