@@ -161,3 +161,34 @@ def test_a_timeout_before_the_judge_made_its_inputs_is_not_blamed_on_the_kernel(
                     "had not made its inputs either: its job was ended too)", "v5e")
     assert "a .wait() on a DMA" in stuck.hint and busy.family == stuck.family
     assert busy.hint.startswith("The kernel never ran") and "--timeout" in busy.hint
+
+
+@pytest.mark.unit
+def test_a_block_larger_than_its_array_is_what_a_nan_or_an_out_of_bounds_index_is_blamed_on(tmp_path):
+    """Met writing the 41k recording: a torch Linear weight [N, K] tiled as if it were [K, N] reads past w's end
+    (NaN under the strict interpreter; an out-of-bounds block index where K takes two steps), and the hints blamed
+    an uninitialised accumulator or the index map. The census lists every operand whose block overhangs its array."""
+    import importlib.util
+
+    import jax
+
+    from maxkernel.harness.hints.diagnose import overhang
+    from maxkernel.harness.verdict.integrity import census
+
+    def overhangs(source: str, name: str) -> list:
+        path = tmp_path / f"{name}.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        task = load_task("41k_Gemm_Add_ReLU")
+        structs = jax.eval_shape(lambda: task.create_inputs(size="smoke", seed=0))
+        return census(jax.make_jaxpr(module.workload)(*structs)).overhangs
+
+    mistake = next(m for m in MISTAKES if m.family == "block_past_array")
+    found = overhangs(apply(mistake, base_source(mistake)), "layout")
+    assert found == [{"operand": "w_ref", "kind": "input", "array": [256, 512], "block": [512, 256]}]
+    assert overhangs(base_source(mistake), "shipped") == []
+    hint = overhang(found)
+    assert hint.family == "block_past_array" and "[out_features, in_features]" in hint.hint and "dim 0" in hint.hint
+    assert overhang(found, "w_ref") == hint and overhang(found, "x_ref") is None  # an OOB index names its operand

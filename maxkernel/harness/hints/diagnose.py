@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from maxkernel import chips as chips_mod
 from maxkernel import pysource
 
-__all__ = ["Diagnosis", "diagnose", "hint_for", "lint"]
+__all__ = ["Diagnosis", "diagnose", "hint_for", "lint", "overhang"]
 
 
 @dataclass(frozen=True)
@@ -459,6 +459,24 @@ def _nan_output(m: re.Match, chip) -> str:
             "pl.num_programs(k) - 1)")
 
 
+def overhang(overhangs: list[dict], operand: str | None = None) -> Diagnosis | None:
+    """A NaN output's (or an out-of-bounds block index's, on `operand`) hint when a pallas_call operand's block is
+    larger than its array (the census lists them): the padding past the array's end is what reads as NaN, and an
+    index map stepping by that block leaves the array, most often because the operand's dims are taken in the wrong
+    order. None when there is none (on that operand)."""
+    found = [o for o in overhangs or [] if operand is None or o.get("operand") == operand]
+    if not found:
+        return None
+    o = found[0]
+    dims = [i for i, (a, b) in enumerate(zip(o["array"], o["block"])) if b > a]
+    return Diagnosis("block_past_array", (
+        f"The {o['kind']} {o['operand']} has block {tuple(o['block'])}, larger than its array {tuple(o['array'])} in "
+        f"dim {', '.join(map(str, dims))}: what the kernel reads past the array's end is padding (NaN under the "
+        "strict interpreter, garbage on a TPU). Check which dim of the operand is which (a torch Linear weight is "
+        "[out_features, in_features]) and the block shape's order; if both are right, zero the accumulator on the "
+        "first step of the reduction and write every output block"))
+
+
 def _output_decl(m: re.Match, chip) -> str:
     return (f"workload returned {m.group(1)} but the task declares {m.group(2)}: return exactly those arrays, "
             "cast to the declared dtype (out_shape=jax.ShapeDtypeStruct(shape, x.dtype), or .astype(x.dtype))")
@@ -484,6 +502,14 @@ def _timeout(m: re.Match, chip) -> str:
     return ("The run was killed at its time limit: a .wait() on a DMA or semaphore that nothing signals never "
             "returns (start every copy before waiting on it); otherwise the grid is too large for the interpreter "
             "at this size (test with --size smoke)")
+
+
+def _multi_step(m: re.Match, chip) -> str:
+    return ("Right with the default blocks but wrong with the smaller ones it declares: state carried from one grid "
+            "step to the next along a reduction or sequence axis (an online softmax's running max and sum, a "
+            "scan's carry, an accumulator) is not initialised, rescaled or carried the way every step needs; at "
+            "the checked size the defaults take fewer steps on that axis than at full size. Run it "
+            f"with {m.group(1)} and fix the step-to-step update")
 
 
 def _f16_cast(m: re.Match, chip) -> str:
@@ -522,6 +548,7 @@ _RULES: list[tuple[str, str, Callable[[re.Match, object], str]]] = [
     (r"interpret= must be False or None", "interpret_left_in", _interpret),
     (r"'function' object is not iterable", "blockspec_order", _blockspec_text),
     (r"Unsupported cast: \w+ -> float16", "dtype_per_chip", _f16_cast),
+    (r"with its smallest declared tunables \(([^:]*):", "multi_step_state", _multi_step),
     (r"NaN/Inf values", "nan_output", _nan_output),
     (r"the candidate did not finish within [\d.]+ ?s", "timeout", _timeout),
 ]

@@ -263,6 +263,7 @@ def run(job: dict, scratch: Path) -> dict:
                 compiled_c = traced_c.lower().compile()
         except BaseException as exc:  # noqa: BLE001
             check_error = headline(exc)
+    compiled_s, small = _small_blocks(job, module, tunables, plain, structs, backend, races, params)
     compile_s = clock() - t0
 
     ready = wait_for(scratch, INPUTS_READY)
@@ -293,6 +294,14 @@ def run(job: dict, scratch: Path) -> dict:
         except BaseException as exc:  # noqa: BLE001
             check_error = headline(exc)
 
+    if compiled_s is not None:  # the first input set again, with the smallest declared blocks that fit
+        try:
+            leaves = jax.tree_util.tree_leaves(block(compiled_s(*first)))
+            save_arrays(scratch / "small_out.npz", [jax.device_get(x) for x in leaves])
+            small["output"] = "small_out.npz"
+        except BaseException as exc:  # noqa: BLE001
+            small["error"] = headline(exc)
+
     found = any(getattr(r, "races_found", False) for r in race_states) if race_states is not None else None
     timing = {"kernel_ms": [], "source": "wall", "window": None, "reps": []}
     if reps > 0 and wait_for(scratch, TIME_GO).get("abort"):  # timed only once the judge's process is idle
@@ -314,10 +323,44 @@ def run(job: dict, scratch: Path) -> dict:
     if watched is not None:
         replaced += [name for name in rebound(watched) if name not in replaced]
     return {"status": "ran", "backend": backend, "census": counted, "kernels": kernels, "fingerprints": fingerprints,
-            "outputs": outputs, "check_output": check_output, "check_error": check_error, "compile_s": compile_s,
+            "outputs": outputs, "check_output": check_output, "check_error": check_error, "small_blocks": small,
+            "compile_s": compile_s,
             "run_ms": run_ms,
             "timing": timing, "races": found, "timers_replaced": replaced,
             "lowered_tpu": "lowered_tpu.mlir" if lowered_tpu else None, "export_error": export_error}
+
+
+def _small_blocks(job: dict, module, tunables: dict, plain, structs, backend: str, races: bool, params):
+    """(compiled, facts) for the small-blocks check (maxkernel.harness.verdict.small_blocks): the first of the
+    parent's configurations that traces, takes more grid steps than the defaults and fits the budget, compiled for
+    the interpreter before any input arrives; (None, facts saying why none) otherwise."""
+    import jax
+
+    from maxkernel.harness.verdict.small_blocks import budget, describe, grid_steps
+
+    configs = [c for c in (job.get("small_blocks") or []) if isinstance(c, dict)]
+    if not configs:
+        return None, {}
+    default_steps, why = grid_steps(plain.jaxpr), []
+    for config in configs:
+        def small_kernel(*args, _config=dict(config)):
+            return module.workload(*args, **{**tunables, **_config})
+
+        try:
+            with interpret_context(backend, races, params):
+                traced = jax.jit(small_kernel).trace(*structs)
+            steps = grid_steps(traced.jaxpr)
+            if steps <= default_steps or steps > budget(default_steps):
+                why.append(f"{describe(config)}: {steps} grid steps (the defaults take {default_steps}; at most "
+                           f"{budget(default_steps)})")
+                continue
+            with interpret_context(backend, races, params):
+                compiled = traced.lower().compile()
+        except BaseException as exc:  # noqa: BLE001  (a declared combination these dims do not allow)
+            why.append(f"{describe(config)}: {headline(exc)[:200]}")
+            continue
+        return compiled, {"config": dict(config), "steps": steps, "default_steps": default_steps}
+    return None, {"config": None, "skipped": "; ".join(why)[:800]}
 
 
 def _time(compiled, warm, fresh, reps, budget, clock, mono, block, scratch) -> dict:

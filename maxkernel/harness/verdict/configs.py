@@ -23,7 +23,7 @@ def _row(size: str, v: Verdict) -> dict:
             "max_rel_err": c.max_rel_err, "tolerance": c.tolerance, "max_fro_err": c.max_fro_err,
             "fro_tolerance": c.fro_tolerance, "speedup_estimate": est.get("speedup_estimate"),
             "kernel_ms": v.kernel.median_ms if v.kernel else None,
-            "baseline_ms": v.baseline.median_ms if v.baseline else None}
+            "baseline_ms": v.baseline.median_ms if v.baseline else None, "small_blocks": c.small_blocks}
 
 
 def _closeness(v: Verdict) -> float:

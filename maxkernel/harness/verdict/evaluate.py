@@ -4,6 +4,7 @@ two are compared here. Nothing the candidate's process writes is believed beyond
 
 from __future__ import annotations
 
+import re
 import secrets
 import threading
 import time
@@ -22,6 +23,7 @@ from maxkernel.harness.verdict.numerics import compare, fro_tolerance
 from maxkernel.harness.verdict.audit import AUDIT_TIMEOUT_S, MAX_LOWERED_BYTES
 from maxkernel.harness.sandbox.pool import SandboxResult, WorkerPool
 from maxkernel.harness.verdict.library import library_kernels
+from maxkernel.harness.verdict import small_blocks
 from maxkernel.harness.sandbox.static_check import check_source
 from maxkernel.harness.verdict.result import Correctness, SeedCheck, TimedCheck, Timing, Verdict
 from maxkernel.settings import get_settings
@@ -189,6 +191,7 @@ class Evaluator:
                "tunables": tunables or {}, "reps": reps, "time_budget_s": 2.0, "detect_races": detect_races,
                "watch": self.watch, "guard": self.guard and jobs_guarded(), "timing_inputs": len(timing_seeds),
                "check": {k: check[k] for k in ("size", "dims")} if check else None,
+               "small_blocks": small_blocks.candidates(text, tunables),
                "fingerprint_chip": self.settings.chip}
         judge_job = {"kind": "reference", "task": spec, "size": size, "seeds": drawn, "reps": reps,
                      "time_budget_s": 2.0, "wait": True, "check": check, "timing_seeds": timing_seeds}
@@ -432,6 +435,18 @@ class Evaluator:
             checks.append(c)
             if not c.ok:
                 reasons.append(f"seed {seeds[i]}: {c.reason}")
+        small = {k: v for k, v in (r.get("small_blocks") or {}).items() if v not in (None, "")}
+        if small.get("config"):  # the first input set again, with the kernel's smallest declared blocks
+            name = "small_out.npz"
+            c = (SeedCheck(seed=seeds[0], ok=False, reason=f"the kernel fails there: {str(small['error'])[:1500]}")
+                 if small.get("error") else
+                 self._seed_check(res, name if small.get("output") == name else None, name, refs[0], seeds[0],
+                                  dtypes, tols, fro_tols))
+            small.update(ok=c.ok, **({} if c.ok else {"reason": c.reason}))
+            if not c.ok and not reasons:  # named only where the default blocks pass: the failure it adds
+                reasons.append(f"with its smallest declared tunables ({small_blocks.describe(small['config'])}: "
+                               f"{small['steps']} grid steps where the defaults take {small['default_steps']}), "
+                               f"seed {seeds[0]}: {c.reason}")
         timed = []
         timing_seeds = meta.get("timing_seeds") or []
         for k, rep in enumerate(r["timing"].get("reps") or []):
@@ -466,7 +481,7 @@ class Evaluator:
             fro_tolerance=worst_fro.fro_tolerance if worst_fro else
             min((t for t in fro_tols if t is not None), default=None),
             baseline_errors=calib, seeds=seeds, seeds_drawn=drawn_how, per_seed=checks, timed=timed,
-            check_size=dict(check_meta["dims"]) if check_meta else {}, check=check_row)
+            check_size=dict(check_meta["dims"]) if check_meta else {}, check=check_row, small_blocks=small)
         if check_row is not None and check_row.max_rel_err is not None and correctness.max_rel_err is not None:
             # The worst error is over every set checked, the check size's included.
             correctness = correctness.model_copy(update={
@@ -649,6 +664,18 @@ class _Timing(BaseModel):
     reps: list[_Rep] = []
 
 
+class _Small(BaseModel):
+    """What the candidate's process says of the small-blocks check (a hostile process can only skip it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    config: dict[str, int] | None = None
+    steps: int = 0
+    default_steps: int = 0
+    output: str | None = None
+    error: str | None = None
+    skipped: str | None = None
+
+
 class CandidateResult(BaseModel):
     """What a candidate job that ran must return (result.json), checked before the verdict reads it."""
 
@@ -661,6 +688,7 @@ class CandidateResult(BaseModel):
     outputs: list[str]
     check_output: str | None = None
     check_error: str | None = None
+    small_blocks: _Small = _Small()
     compile_s: float | None = None
     run_ms: list[float] = []
     timing: _Timing
@@ -717,7 +745,7 @@ def _with_hint(verdict: Verdict, kernel, chip: str) -> Verdict:
     """The verdict with the hint for its failure (from the reason, the detail and the per-seed mismatches, with
     the kernel's source for the line), or on a correct verdict the first lint finding. The source is the file
     the judge holds, not anything the candidate's process reported."""
-    from maxkernel.harness.hints.diagnose import diagnose, lint
+    from maxkernel.harness.hints.diagnose import diagnose, lint, overhang
 
     try:
         source = Path(kernel).read_text(errors="replace")
@@ -729,6 +757,12 @@ def _with_hint(verdict: Verdict, kernel, chip: str) -> Verdict:
     else:
         text = "\n".join([verdict.reason, verdict.detail] + [c.reason for c in verdict.correctness.per_seed if not c.ok])
         found = diagnose(text, chip, source)
+        overhangs = verdict.integrity.get("overhangs") or []
+        if found is not None and found.family == "nan_output":  # no cause named in the source: a block past the end?
+            found = overhang(overhangs) or found
+        elif found is not None and found.family == "index_map_out_of_bounds":  # stepping by a block the array lacks
+            oob = re.search(r'Out-of-bounds block index \([\d, ]+\) for (?:input|output) "(\w+)"', text)
+            found = overhang(overhangs, oob.group(1) if oob else "") or found
     if found is None:
         return verdict
     return verdict.model_copy(update={"hint": found.hint, "hint_family": found.family, "hint_line": found.line})

@@ -43,6 +43,7 @@ class Census:
     forbidden: list = field(default_factory=list)  # names of host-escape primitives found
     opaque_loops: int = 0  # while loops outside Pallas that contain a matmul/conv (trip count unknown)
     out_blocks: list = field(default_factory=list)  # per pallas_call output: {"array": shape, "block": shape}
+    overhangs: list = field(default_factory=list)  # operands whose block is larger than the array in a dim (hints)
 
     @property
     def pallas_share(self) -> float:
@@ -116,6 +117,7 @@ def _walk(jaxpr, c: Census, scale: float, in_pallas: bool) -> tuple[float, float
             gm = eqn.params["grid_mapping"]
             grid = tuple(getattr(gm, "grid", ()) or ())
             c.out_blocks += _out_blocks(gm)
+            c.overhangs += _overhangs(gm, eqn.params["jaxpr"])
             steps = math.prod(g for g in grid if isinstance(g, int)) if grid else 1
             f, k = _walk(body, c, scale * steps, True)
         elif name == "cond":
@@ -158,6 +160,25 @@ def _out_blocks(gm) -> list[dict]:
         outs = gm.block_mappings[gm.num_inputs:gm.num_inputs + gm.num_outputs]
         return [{"array": [int(d) for d in bm.array_aval.shape], "block": [int(d) for d in bm.block_aval.shape]}
                 for bm in outs]
+    except (AttributeError, TypeError):
+        return []
+
+
+def _overhangs(gm, body) -> list[dict]:
+    """The pallas_call's operands whose block is larger than the array in some dim: legal (the block is padded),
+    but what the kernel reads there is padding (NaN under the strict interpreter), so a NaN output's hint names
+    them. Blocks of the array's rank only (a squeezed dim is never larger)."""
+    try:
+        info = getattr(body, "debug_info", None)
+        names = list(getattr(info, "arg_names", None) or ())[gm.num_index_operands:]
+        found = []
+        for i, bm in enumerate(gm.block_mappings[:gm.num_inputs + gm.num_outputs]):
+            array = [int(d) for d in bm.array_aval.shape]
+            block = [int(d) for d in bm.block_aval.shape]
+            if len(array) == len(block) and any(b > a for a, b in zip(array, block)):
+                found.append({"operand": names[i] if i < len(names) else f"operand {i}",
+                              "kind": "input" if i < gm.num_inputs else "output", "array": array, "block": block})
+        return found
     except (AttributeError, TypeError):
         return []
 

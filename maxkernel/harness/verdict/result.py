@@ -55,6 +55,9 @@ class Correctness(_Frozen):
     # The second size drawn for this verdict (dims; {} when the task offers none) and its one input set's check.
     check_size: dict = Field(default_factory=dict)
     check: SeedCheck | None = None
+    # The small-blocks check (maxkernel.harness.verdict.small_blocks): {config, steps, default_steps, ok[, reason]}
+    # when it ran, {config: None, skipped} when no declared configuration could, {} without TUNABLES.
+    small_blocks: dict = Field(default_factory=dict)
 
 
 class Timing(_Frozen):
