@@ -94,7 +94,7 @@ def test_gemini_without_credentials_exits_2_before_any_work(tmp_path, monkeypatc
 @pytest.mark.parametrize("args,needle", [
     (["--mode", "hitl", "--model", "replay"], "adk web"),
     (["--task", "no_such_task", "--model", "replay"], "unknown task"),
-    (["--task", "1p_Flash_Attention", "--model", "replay"], "recordings only for"),
+    (["--task", "2p_GQA_Attention", "--model", "replay"], "recordings only for"),
 ])
 def test_usage_errors_exit_2_with_one_line(tmp_path, monkeypatch, capsys, args, needle):
     if "--task" not in args:

@@ -30,9 +30,10 @@ def test_shipped_smoke_set_is_valid_for_adk_and_equals_the_built_one():
 
 
 def test_smoke_set_is_what_the_replay_model_can_run_offline():
-    # Recordings for ported operators (port_*) drive `maxkernel port`, not the suite's eval sets.
+    # Recordings for ported operators (port_*) drive `maxkernel port`, not the suite's eval sets; the smoke set is the
+    # two first recordings (a GEMM and a norm), the other families' recordings are run by `bench agent`.
     suite = [t for t in recorded_tasks() if t in jaxbench.task_names()]
-    assert sorted(evalsets.SMOKE_TASKS) == sorted(suite) and suite
+    assert set(evalsets.SMOKE_TASKS) <= set(suite) and len(suite) > len(evalsets.SMOKE_TASKS)
 
 
 # The suite lists its 17 production-operator tasks (1p..17p) first, then its 33 KernelBench-derived ones (18k..50k).

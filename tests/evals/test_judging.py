@@ -21,6 +21,10 @@ def test_task_and_size_come_from_the_request():
     assert find_task_and_size(["please optimize 8p_GEMM at full size"]) == ("8p_GEMM", "full")
     assert find_task_and_size(["optimize 8p_GEMM", "go on"]) == ("8p_GEMM", "smoke")
     assert find_task_and_size(["hello"]) == (None, "smoke")
+    # The real-world suite's tasks by name too: bench agent over it asked the auto root "optimize rw_rglru_scan
+    # smoke", and the root answered "Which task?" for every one of them.
+    assert find_task_and_size(["optimize rw_rglru_scan smoke"]) == ("rw_rglru_scan", "smoke")
+    assert find_task_and_size(["optimize rw_no_such_op"]) == (None, "smoke")
 
 
 @pytest.mark.parametrize("verdict, bucket", [

@@ -25,7 +25,7 @@ from google.adk.models.llm_response import LlmResponse
 from google.genai import errors, types
 from pydantic import PrivateAttr
 
-from maxkernel.agents.replay.model import ReplayLlm, _calls, _expand, _recording, _text, field
+from maxkernel.agents.replay.model import ReplayLlm, StaleRecording, _calls, _expand, _recording, _text, field
 
 __all__ = ["FaultyLlm", "INJECTED_KEY", "FAULT_KINDS"]
 
@@ -100,7 +100,10 @@ class FaultyLlm(ReplayLlm):
     def _faulty_turn(self, site, kinds, responses) -> types.Content | None:
         rec = _recording(site[0]) or _recording(site[0].rstrip("/").split("/")[-1])
         turn = self._find(rec, site[1], site[2]) if rec else None
-        writes = [_expand(c) for c in (turn or {}).get("calls", []) if c["name"] == "write_file"]
+        try:
+            writes = [_expand(c, rec) for c in (turn or {}).get("calls", []) if c["name"] == "write_file"]
+        except StaleRecording:
+            return None  # the plain replay turn says so
         if not writes:
             return None
         if not responses:

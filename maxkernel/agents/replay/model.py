@@ -19,7 +19,8 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 
-__all__ = ["ReplayLlm", "recorded_tasks", "loop_tasks", "port_sources", "scope", "LABEL", "field"]
+__all__ = ["ReplayLlm", "StaleRecording", "recorded_tasks", "loop_tasks", "port_sources", "scope", "shipped_kernel",
+           "LABEL", "field"]
 
 LABEL = "[replay]"
 
@@ -120,7 +121,10 @@ class ReplayLlm(BaseLlm):
             return _text(f"no recorded {self.role} turn for {task or 'this task'} at iteration {iteration}, "
                          f"debug round {debug_round}; nothing to do")
         if "calls" in turn:
-            return _calls([_expand(c) for c in turn["calls"]])
+            try:
+                return _calls([_expand(c, rec) for c in turn["calls"]])
+            except StaleRecording as exc:
+                return _text(f"{exc}; nothing to do")
         return _text(turn["text"])
 
     def _find(self, rec: dict, iteration: int, debug_round: int) -> dict | None:
@@ -155,7 +159,7 @@ class ReplayLlm(BaseLlm):
             folder = next((w for w in text.split() if (Path(w) / "baseline.py").is_file()), None)
             if folder:
                 return _calls([{"name": "select_task", "args": {"task": folder, "size": "smoke"}}])
-            m = re.search(r"\b(\d{1,2}[pk]_[A-Za-z0-9_]+)\b", text)
+            m = re.search(r"\b(\d{1,2}[pk]_[A-Za-z0-9_]+|rw_[a-z0-9_]+)\b", text)
             if m:
                 return _calls([{"name": "select_task", "args": {"task": m.group(1), "size": "smoke"}}])
             if re.search(r"\b(debug|fix)\b", text, re.I):
@@ -212,9 +216,37 @@ def _short(response) -> str:
     return f"{response.name}: {str(s)[:200]}"
 
 
-def _expand(call: dict) -> dict:
-    """A recorded call whose file content is kept beside the recording ("content_file") gets it inlined."""
+class StaleRecording(ValueError):
+    """A recording that replays the task's shipped kernel, which has changed since it was recorded."""
+
+
+def shipped_kernel(rec: dict) -> str:
+    """The task's shipped kernel.py, the fixed version a recording made "content_kernel" replays; its sha256 must
+    be the one the recording pins (a changed kernel is not the attempt that was recorded)."""
+    import hashlib
+
+    import jaxbench
+
+    data = (jaxbench.task_dir(rec["task"]) / "kernel.py").read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    if sha != rec.get("kernel_sha256"):
+        raise StaleRecording(f"the recording of {rec['task']} replays its kernel.py with sha256 "
+                             f"{str(rec.get('kernel_sha256'))[:12]}, but the shipped one is {sha[:12]}: record it again")
+    return data.decode()
+
+
+def _expand(call: dict, rec: dict | None = None) -> dict:
+    """A recorded call whose file content is kept beside the recording ("content_file"), or is the task's shipped
+    kernel ("content_kernel", with the recorded first attempt's "edits" made to it), gets it inlined."""
     args = dict(call["args"])
     if "content_file" in args:
         args["content"] = (resources.files(__package__) / "kernels" / args.pop("content_file")).read_text()
+    elif args.pop("content_kernel", False):
+        text = shipped_kernel(rec or {})
+        for old, new in args.pop("edits", []):
+            if text.count(old) != 1:
+                raise StaleRecording(f"an edit of the recording of {rec['task']} matches its kernel.py "
+                                     f"{text.count(old)} times: {old[:60]!r}")
+            text = text.replace(old, new)
+        args["content"] = text
     return {"name": call["name"], "args": args}

@@ -14,7 +14,7 @@ from maxkernel.settings import get_settings
 
 __all__ = ["attached_tpu", "default_size", "find_task", "one_line", "say", "save_text_artifact", "session_setup"]
 
-_TASK = re.compile(r"\b(\d{1,2}[pk]_[A-Za-z0-9_]+)\b")
+_TASK = re.compile(r"\b(\d{1,2}[pk]_[A-Za-z0-9_]+|rw_[a-z0-9_]+)\b")
 _SIZE = re.compile(r"\b(smoke|full)\b")
 
 
@@ -30,9 +30,10 @@ def one_line(text: str | None, limit: int = 200) -> str:
 
 
 def find_task(text: str) -> str | None:
-    """The suite task named in a request ("optimize 12p_RMSNorm"), or a folder path holding baseline.py."""
+    """The suite task named in a request ("optimize 12p_RMSNorm", "optimize rw_rglru_scan": either suite), or a
+    folder path holding baseline.py."""
     for m in _TASK.finditer(text or ""):
-        if m.group(1) in jaxbench.task_names():
+        if m.group(1) in jaxbench.task_names("all"):
             return m.group(1)
     for word in (text or "").split():
         if (Path(word) / "baseline.py").is_file():

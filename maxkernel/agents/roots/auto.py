@@ -73,7 +73,7 @@ class AutoOrchestrator(BaseAgent):
         state = ctx.session.state
         task = find_task(request_text(ctx)) or state.get("task")
         if not task:
-            yield say(ctx, self.name, "Which task? Say e.g. 'optimize 12p_RMSNorm' (any jaxbench task name, "
+            yield say(ctx, self.name, "Which task? Say e.g. 'optimize 12p_RMSNorm' (any task of either suite, "
                                       "or a folder with baseline.py).")
             return
         loop = dict(state.get(LOOP) or {})
