@@ -49,3 +49,21 @@ def test_a_task_with_configs_is_tested_at_each_and_says_so():
                          "decode": {"size": "smoke@decode", "status": "correct"}})
     r = report_from_verdict(v)
     assert r.ok and r.summary.startswith("configs prefill (smoke: correct), decode (smoke@decode: correct). PASS")
+
+
+@pytest.mark.unit
+def test_a_pass_says_which_smaller_blocks_the_verdict_also_ran():
+    """A PASS that ran the small-blocks check says with which blocks: the debugger learns the kernel's multi-step
+    path was exercised (and one that could not run it says nothing it did not do)."""
+    from maxkernel.harness.verdict.result import Correctness, Verdict
+    from maxkernel.tools.run_tests import report_from_verdict
+
+    small = {"config": {"block_q": 128, "block_k": 128}, "steps": 16, "default_steps": 4, "ok": True}
+    v = Verdict(task="1p_Flash_Attention", kernel_file="k.py", size="smoke", status="correct",
+                correctness=Correctness(max_rel_err=0.003, tolerance=0.02, seeds=[5], small_blocks=small))
+    assert report_from_verdict(v).summary.endswith(
+        "Also right with its smallest declared tunables (block_k=128, block_q=128: 16 grid steps where the defaults "
+        "take 4).")
+    skipped = v.model_copy(update={"correctness": Correctness(max_rel_err=0.003, tolerance=0.02, seeds=[5],
+                                                              small_blocks={"skipped": "block_q=128: 4 grid steps"})})
+    assert "smallest declared" not in report_from_verdict(skipped).summary
