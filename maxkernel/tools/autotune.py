@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from maxkernel import pysource
+from maxkernel.pysource import declared_tunables
 from maxkernel.harness.verdict.evaluate import shared_evaluator
 from maxkernel.settings import get_settings
 from maxkernel.tools.compile_pallas import compile_many
@@ -43,27 +44,6 @@ class TuneResult(BaseModel):
     failed: int = 0
     incorrect: int = 0
     timing_label: str = ""
-
-
-def declared_tunables(source: str) -> tuple[dict[str, tuple], dict]:
-    """(TUNABLES, defaults) read from a kernel's source without running it.
-
-    TUNABLES must be a module-level literal mapping of keyword name -> candidate values; defaults are the
-    keyword-only defaults of workload().
-    """
-    tree = pysource.parse(source)
-    space, defaults = {}, {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "TUNABLES" for t in node.targets):
-            space = {str(k): tuple(v) for k, v in ast.literal_eval(node.value).items()}
-        if isinstance(node, ast.FunctionDef) and node.name == "workload":
-            for arg, default in zip(node.args.kwonlyargs, node.args.kw_defaults):
-                if default is not None:
-                    try:
-                        defaults[arg.arg] = ast.literal_eval(default)
-                    except ValueError:
-                        pass
-    return space, defaults
 
 
 def with_defaults(source: str, config: dict) -> str:

@@ -35,7 +35,7 @@ def test_usage_errors_exit_2_before_any_work(tmp_path, config, replay_env, capsy
     assert main(["--out", str(tmp_path / "new")]) == 2
     assert "--task is required" in capsys.readouterr().err
     assert main(["--task", "no_such_task", "--out", str(tmp_path / "x")]) == 2
-    assert main(["--task", "1p_Flash_Attention", "--out", str(tmp_path / "y")]) == 2
+    assert main(["--task", "2p_GQA_Attention", "--out", str(tmp_path / "y")]) == 2
     assert "recordings only for" in capsys.readouterr().err
     assert not (tmp_path / "y").exists()
     run_search(tmp_path / "s", config("beam", limits={"max_nodes": 2}), producer=FakeProducer(),

@@ -27,7 +27,7 @@ def budget(default_steps: int) -> int:
 def candidates(source: str, tunables: dict | None) -> list[dict]:
     """Configurations to try, smallest first: level i takes each numeric tunable's i-th smallest value (its
     largest when it has fewer); only those that differ from what the verdict runs. [] without TUNABLES."""
-    from maxkernel.tools.autotune import declared_tunables
+    from maxkernel.pysource import declared_tunables
 
     try:
         space, defaults = declared_tunables(source)
