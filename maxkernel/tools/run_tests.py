@@ -64,9 +64,10 @@ def report_from_verdict(v: Verdict) -> TestReport:
                    f"(tolerance {v.correctness.tolerance:.3g}), no races, no out-of-bounds access.")
         small = v.correctness.small_blocks or {}
         if small.get("config"):  # what the small-blocks check ran (harness/verdict/small_blocks.py)
-            blocks = ", ".join(f"{k}={x}" for k, x in sorted(small["config"].items()))
-            summary += (f" Also right with its smallest declared tunables ({blocks}: {small.get('steps')} grid "
-                        f"steps where the defaults take {small.get('default_steps')}).")
+            from maxkernel.harness.verdict.small_blocks import describe
+
+            summary += (f" Also right with its smallest declared tunables ({describe(small['config'])}: "
+                        f"{small.get('steps')} grid steps where the defaults take {small.get('default_steps')}).")
     elif v.status == "incorrect" and mism:
         m = mism[0]
         where = f", grid block {tuple(m.block)}" if m.block else ""
