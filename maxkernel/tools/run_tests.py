@@ -112,6 +112,8 @@ def run_tests(task: str, kernel: str, size: str = "smoke", seeds: int = 3, timeo
         A report: ok, a one-paragraph summary, and per-seed mismatches (which output, how many elements,
         worst location and its grid block, error against tolerance) or the error text.
     """
+    # No TPU estimate: the report never shows one, and pricing a kernel (profiled compiles at full size) can take
+    # longer than the test itself (met writing rw_moe_permute_unpermute: a 20-second test ran 10 minutes).
     v = shared_evaluator().evaluate(task, kernel, size=size, seeds=list(range(max(seeds, 1))), timeout=timeout,
-                                    reps=0, detect_races=True)
+                                    reps=0, detect_races=True, estimate=False)
     return report_from_verdict(v)

@@ -67,3 +67,23 @@ def test_a_pass_says_which_smaller_blocks_the_verdict_also_ran():
     skipped = v.model_copy(update={"correctness": Correctness(max_rel_err=0.003, tolerance=0.02, seeds=[5],
                                                               small_blocks={"skipped": "block_q=128: 4 grid steps"})})
     assert "smallest declared" not in report_from_verdict(skipped).summary
+
+
+@pytest.mark.unit
+def test_a_test_never_prices_the_kernel(monkeypatch):
+    """`maxkernel test` sat ten minutes in libtpu's profiled compiles of a kernel whose strict run takes 20 s: the
+    evaluator's settings turn the TPU estimate on, and the test report never shows one."""
+    from maxkernel.harness.verdict.result import Correctness, Verdict
+    from maxkernel.tools import run_tests as rt
+
+    asked = {}
+
+    class Evaluator:
+        def evaluate(self, task, kernel, **kw):
+            asked.update(kw)
+            return Verdict(task=task, kernel_file=kernel, size=kw["size"], status="correct",
+                           correctness=Correctness(max_rel_err=0.001, tolerance=0.02, seeds=[4, 5, 6]))
+
+    monkeypatch.setattr(rt, "shared_evaluator", lambda: Evaluator())
+    r = rt.run_tests("12p_RMSNorm", "k.py")
+    assert r.ok and asked["estimate"] is False and asked["detect_races"] is True
