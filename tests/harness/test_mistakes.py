@@ -38,6 +38,8 @@ def test_the_lint_is_quiet_on_correct_kernels():
     ("ValueError: Invalid dtype for `swap`. Ref dtype: bfloat16. Value dtype: float32. ", "store_dtype"),
     ('IndexError: Out-of-bounds block index (0, 1) for input "a_ref" in iteration (0, 0, 0)', "index_map_out_of_bounds"),
     ("output 0: 98304 NaN/Inf values, first at (0, 0)", "nan_output"),
+    ("Offsets along tiled dimensions must be aligned to tiles. Failed to verify that the index at dimension 0 is "
+     "divisible by the tile dimension 8. If it is, use tpu.assume_multiple to suppress this error.", "unaligned_offset"),
     ("something nobody has seen", None),
 ])
 def test_error_texts_map_to_their_family(text, family):

@@ -329,6 +329,16 @@ def _unaligned(m: re.Match, chip) -> str:
             "BlockSpec index_map so the pipeline does the slicing")
 
 
+def _tile_offset(m: re.Match, chip) -> str:
+    dim, tile = m.group(1), m.group(2)
+    return (f"A ref is sliced at a dynamic offset in its tiled dimension {dim}, which Mosaic only takes in whole "
+            f"tiles of {tile}: HBM arrays are tiled like VMEM ones, so a DMA of one row at a data-dependent position "
+            f"of a 2-D array (a gather) is refused at either end. Slice whole tiles (an offset built as i * {tile}, "
+            "or pl.multiple_of(start, " + tile + ") when it truly is one), or lay the data out so the dynamic index "
+            "falls on a leading, untiled dim whose slab is whole tiles (as a paged cache does: [pages, page_size, "
+            "cols] fetched by a BlockSpec index_map)")
+
+
 def _matmul_dtype(m: re.Match, chip) -> str:
     dtype = m.group(2)
     where = f"The {chip.name} MXU" if chip is not None else "This chip's MXU"
@@ -522,6 +532,8 @@ _RULES: list[tuple[str, str, Callable[[re.Match, object], str]]] = [
     (rf"Used {_N}\S* of {_N}\S* vmem", "vmem_overflow", _capacity_oom),
     (r"Allocation \(size=(\d+)\) would exceed memory \(size=(\d+)\).*?space=vmem", "vmem_overflow", _allocation_oom),
     (r"cannot statically prove that index in dimension (\d+) is a multiple of (\d+)", "unaligned_offset", _unaligned),
+    # Met writing rw_topk_sparse_attention_sink: one DMA per selected key row, into and out of 2-D refs.
+    (r"index at dimension (\d+) is divisible by the tile dimension (\d+)", "unaligned_offset", _tile_offset),
     (r"Unsupported matmul (LHS|RHS) type on target: vector<[\dx]*x(\w+)>", "dtype_per_chip", _matmul_dtype),
     (r"Only vector<i16> and vector<i32> are supported, but got 'i8'", "dtype_per_chip", _int8_vector),
     (r"Invalid vector type for load.*?xf16>|float16 is not supported|\bf16\b.*not supported", "dtype_per_chip", _f16),
