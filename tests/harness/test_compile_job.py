@@ -181,3 +181,13 @@ def test_hint_families(text, chip, expect):
 def test_no_hint_for_unknown_text():
     assert hint_for("something else entirely", "v5e") is None
     assert hint_for("", None) is None
+
+
+@pytest.mark.unit
+def test_a_gather_dma_of_one_row_is_told_that_hbm_is_tiled_too():
+    """Met writing rw_topk_sparse_attention_sink: one DMA per selected key row failed to compile with Mosaic's 'index
+    at dimension 0 is divisible by the tile dimension 8' and no hint, first for the VMEM destination, then (with a
+    flat destination) for the HBM source."""
+    said = hint_for("Failed to verify that the index at dimension 1 is divisible by the tile dimension 8. If it is, "
+                    "use tpu.assume_multiple to suppress this error.", "v5e")
+    assert "whole tiles of 8" in said and "dimension 1" in said and "HBM arrays are tiled" in said
