@@ -70,6 +70,14 @@ def test_the_librarys_own_kernels_are_served_to_tasks_of_their_family(task, fami
     assert f"jaxbench/{task}/kernel.py" not in found
 
 
+def test_the_real_world_kernels_are_served_too():
+    """Retrieval only read jaxbench/*/kernel.py: the real-world suite's kernels (issue 35) were never shown. A
+    paged-attention task now finds the paged MLA decode kernel, and a real-world task never its own."""
+    found = paths("6p_Paged_Attention", k=6)
+    assert "jaxbench/realworld/rw_paged_mla_decode/kernel.py" in found, found
+    assert "jaxbench/realworld/rw_paged_mla_decode/kernel.py" not in paths("rw_paged_mla_decode", k=50)
+
+
 def test_a_tpu_target_prefers_tpu_kernels():
     top = search(load_task("12p_RMSNorm"), k=5)
     gpu_first = search(load_task("12p_RMSNorm"), k=5, platform="gpu")

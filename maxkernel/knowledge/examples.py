@@ -78,11 +78,13 @@ def _static_corpus() -> tuple[tuple[Example, str], ...]:
 
     out = []
     root = Path(jaxbench.__file__).parent
-    for k in sorted(root.glob("*/kernel.py")):
+    # The real-world suite's kernels too: they were left out, so paged MLA, MoE dispatch or a chunked delta rule
+    # were never shown to an agent writing the next kernel of their family.
+    for k in sorted([*root.glob("*/kernel.py"), *root.glob("realworld/*/kernel.py")]):
         task = k.parent.name
         text = k.read_text()
-        words = re.sub(r"^\d+[pk]_", "", task).replace("_", " ")
-        out.append((Example(f"jaxbench/{task}/kernel.py", "suite", task, _doc_terms(words, text),
+        words = re.sub(r"^(\d+[pk]|rw)_", "", task).replace("_", " ")
+        out.append((Example(k.relative_to(root.parent).as_posix(), "suite", task, _doc_terms(words, text),
                             frozenset(tokens(words))), str(k)))
     for f, kind, text, rel in _jax_files():
         out.append((Example(f"jax.experimental.pallas.ops.{kind[4:]}/{rel}.py", kind, "",
