@@ -39,10 +39,15 @@ PIECE_ROWS = 16  # a packed bf16 vreg holds 16 rows: the prefill loop's row step
 
 
 def _check_block(dim: str, extent: int, block: int, align: int) -> int:
-    """block clamped to extent; raises unless it divides extent and is a multiple of align (or all of it)."""
+    """block clamped to extent and, when it does not divide extent, stepped down to the largest multiple of align
+    that does (decode_block_c=896 against a conv_dim of 1536 raised here: the verdict's check size draws such dims);
+    raises unless the result is a multiple of align (or all of it)."""
     block = min(block, extent)
-    if block <= 0 or extent % block:
+    if block <= 0:
         raise ValueError(f"block for {dim}={extent} is {block}, which does not divide it")
+    if extent % block:
+        fits = [b for b in range(block - block % align, 0, -align) if extent % b == 0]
+        block = fits[0] if fits else extent
     if block != extent and block % align:
         raise ValueError(f"block for {dim}={extent} is {block}: must be a multiple of {align} or all of {dim}")
     return block
