@@ -170,3 +170,32 @@ def test_a_convex_profile_under_the_floor_names_its_rising_cost():
     pts = [(x, {"f": c}, {}) for x, c in ((1 / 32, 20000), (1 / 16, 30000), (1 / 8, 60000))]
     e = _fit({**BASE, "chip": "v6e"}, lines(pts), task, v6e, "full", 2 * (4096 * 8192 * 2 + 8192 * 8192))
     assert "two largest" in e.fit["how"] and "still rising" in e.under_priced, e.under_priced
+
+
+def _with_sorts(pts, sort_cycles):
+    """`lines` whose points each hold a sort op of the given cycles beside their kernel op."""
+    out = lines(pts)
+    for ln, s in zip(out[1:], sort_cycles):
+        ln["point"]["ops"]["sort.3"] = s
+        ln["point"]["sort_ops"] = ["sort.3"]
+    return out
+
+
+def test_a_sort_outside_the_kernels_is_priced_at_full_size_not_extrapolated():
+    """rw_lightning_indexer's decode kernel on v5e: its top-k stays XLA's. Profiled at 2, 4 and 8 of 32 sequences and
+    8192 of 65536 keys, the sort's cycles rode the line up 128 times (9.8 ms), where the same sort profiled at full
+    size is 1.65 ms. With the program around the kernels profiled at full size (the glue point), the shrunk sizes'
+    sorts leave the line and the full-size sort is added once."""
+    xs = (1 / 64, 1 / 32, 1 / 16)
+    pts = [(x, {"k": int(1000 + 3e7 * x)}, {}) for x in xs]
+    sorts = [int(2e6 * x * 64) for x in xs]  # a sort extrapolated with the rest: 128 M cycles at x = 1
+    glue = {"point": {"glue": True, "dims": "full", "x": 1.0, "tiles": None, "ops": {"sort.1": 2_479_593, "copy": 5},
+                      "sort_ops": ["sort.1"], "zero_cycle_bytes": {}, "compile_s": 1.0, "trips": {}, "loops": []}}
+    task = load_task("8p_GEMM")
+    apart = _fit(BASE, _with_sorts(pts, sorts) + [glue], task, V5E, "full", IO)
+    assert apart.fit["cycles_full"] == pytest.approx(1000 + 3e7 + 2_479_593)
+    assert any("sort(s) outside the kernels priced once at full size" in x for x in apart.limits)
+    assert len(apart.fit["points"]) == 3  # the glue is not a size on the line
+    # without the glue point (a pallas_call inside a loop, or the glue failed) the sorts stay on the line
+    along = _fit(BASE, _with_sorts(pts, sorts), task, V5E, "full", IO)
+    assert along.fit["cycles_full"] == pytest.approx(1000 + 3e7 + 2e6 * 64, rel=1e-6)

@@ -33,6 +33,19 @@ def test_zero_cycle_bytes_counts_result_and_operands():
     assert got == {"copy.2": 2 * 4 * 128 * 2, "fusion.3": 2 * 2 * 8 * 4 + 4}  # metadata shapes are not counted
 
 
+def test_zero_cycle_bytes_reads_operands_printed_by_name():
+    # A compiled module prints operands by name only. rw_lightning_indexer's decode baseline on v5e (16 of 32
+    # sequences): libtpu priced its q.k / ReLU / head-sum fusion at 0 cycles, and the fill counted its 4 MiB result
+    # alone, not the 268 MB of keys it reads (the baseline was priced at 1.66 ms, its keys alone need 0.66).
+    hlo = ("  %Arg_1.13 = bf16[16,65536,128]{2,1,0:T(8,128)(2,1)} parameter(1)\n"
+           "  %copy-done = bf16[16,1,64,128]{3,2,1,0:T(8,128)(2,1)S(1)} copy-done(%copy-start)\n"
+           "  %bitcast.7 = f32[16,64]{1,0:T(8,128)} bitcast(%Arg_2.9)\n"
+           "  %fusion.1 = f32[16,65536]{1,0:T(8,128)S(1)} fusion(%Arg_1.13, %bitcast.7, %copy-done), kind=kOutput, "
+           "calls=%fused_computation.2, metadata={source_file=\"-\" source_line=53}\n")
+    keys, w, q, result = 16 * 65536 * 128 * 2, 16 * 64 * 4, 16 * 64 * 128 * 2, 16 * 65536 * 4
+    assert ej.zero_cycle_bytes(hlo, ["fusion.1"]) == {"fusion.1": keys + w + q + result}
+
+
 def test_linear_accepts_a_line_and_refuses_a_bend():
     line = [{"x": x, "ops": {"k": 100 + 50 * x}} for x in (1, 2, 4)]
     bend = [{"x": 1, "ops": {"k": 14681}}, {"x": 2, "ops": {"k": 18305}}, {"x": 4, "ops": {"k": 28407}}]  # measured
@@ -344,3 +357,39 @@ def test_a_program_whose_work_the_trace_cannot_count_is_refused_with_a_reason(tm
     p = ej.plan(task, task.module.workload, "full", V5E, False, budget, _dims_order(task, False))
     assert not p["reached_budget"]
     assert "no FLOPs are counted" in p["rejected"]["D16384"], p["rejected"]
+
+
+def test_glue_lowering_keeps_the_sorts_and_drops_the_kernels(monkeypatch):
+    """The program around the kernels, at full size, with each pallas_call's outputs taken as arguments: its top-k
+    is there to be priced whole; no kernel is (lowered here for the CPU: the glue has no kernel to need a TPU)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    from jax.experimental import pallas as pl
+
+    monkeypatch.setattr(ej, "_lowered_text", lambda fn, structs, chip, device: jax.jit(fn).lower(*structs).as_text())
+
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+
+    @jax.jit
+    def program(x):
+        y = pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // 8,),
+                           in_specs=[pl.BlockSpec((8, 256), lambda i: (i, 0))],
+                           out_specs=pl.BlockSpec((8, 256), lambda i: (i, 0)))(x)
+        return lax.top_k(y + 1.0, 16)[0]
+
+    closed = jax.make_jaxpr(program)(jax.ShapeDtypeStruct((32, 256), jnp.float32))
+    assert ej.sorts_outside_kernels(closed) == 1
+    chip = chips.get("v5e")
+    text = ej.glue_lowering(closed, chip, None)
+    assert "top_k" in text and "tpu_custom_call" not in text and "tensor<32x256xf32>" in text
+    work = ej.glue_work(closed)
+    assert len(work["sort_work"]) == 1 and work["ops"] == len(work["work"]) + 1
+
+    @jax.jit
+    def looped(x):  # a kernel inside a loop: no one value stands in for its outputs
+        return lax.fori_loop(0, 2, lambda i, v: pl.pallas_call(
+            body, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype))(v), x).sum()
+
+    assert ej.glue_lowering(jax.make_jaxpr(looped)(jax.ShapeDtypeStruct((8, 256), jnp.float32)), chip, None) is None

@@ -447,21 +447,31 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str], shri
     profiled = _run(trusted, texts, max(budget - (time.monotonic() - t0), 1.0), PROFILE_PROGRESS_FILE)
     failed = _failed(base, profiled, settings, kernel)
     done = [ln for ln in profiled["lines"] if "point" in ln]
+    sized = [pt for pt in points if not pt.get("glue")]
+    started = [ln["starting"] for ln in profiled["lines"] if "starting" in ln]
+    if failed and started and isinstance(started[-1], dict) and "glue" in started[-1]:
+        # Only the glue at full size failed (its sorts past the memory guard): they are priced with the rest.
+        glue_failed, failed = failed.error, None
+    else:
+        glue_failed = None
     if head[0]["plan"].get("split"):  # priced in parts: every part is needed
         if failed:
             if failed.stage == "memory" and shrink == 1:  # the parts cut further, for a smaller budget
                 return _smaller(task, kernel, chip, size, tunables, timeout, flags, failed, _sizes(points))
             return failed
         try:
-            return _fit_split(base, head + done, task, chip, size, full_bytes)
+            out = _fit_split(base, head + done, task, chip, size, full_bytes)
         except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError, StopIteration) as exc:
             return ProgramEstimate(**base, stage="sandbox",
                                    error=f"the profile job wrote a malformed record ({type(exc).__name__}: {exc})")
+        if glue_failed:
+            out.limits.append(f"{GLUE_FAILED}: {glue_failed}")
+        return out
     if failed and not (failed.stage in _PARTIAL_STAGES and len(done) >= 2):
         if failed.stage == "memory" and shrink == 1:
             return _smaller(task, kernel, chip, size, tunables, timeout, flags, failed, _sizes(points))
         return failed
-    disagree = _disagree([ln["point"] for ln in done]) if failed else None
+    disagree = _disagree([ln["point"] for ln in done if not ln["point"].get("glue")]) if failed else None
     if disagree:
         failed.error = f"{failed.error}; the {len(done)} smaller sizes were not fitted: {disagree}"
         return failed
@@ -473,9 +483,21 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str], shri
     if failed:
         # The sizes are profiled smallest first: a larger one that ran out of memory or time leaves the smaller ones
         # whole, and a line through them prices the program, further from the full size than planned.
-        out.limits.append(f"{PARTIAL_FIT} {len(done)} of {len(points)} planned sizes: {failed.error}")
+        out.limits.append(f"{PARTIAL_FIT} {len(done)} of {len(sized)} planned sizes: {failed.error}")
         out.partial_stage = failed.stage
+    if glue_failed:
+        out.limits.append(f"{GLUE_FAILED}: {glue_failed}")
     return out
+
+
+GLUE_FAILED = ("the XLA around the kernels (its sorts) could not be profiled at full size, so its sorts were "
+               "priced with the rest")
+
+
+def _sort_cycles(point: dict) -> float:
+    """The cycles of a profiled size's sort ops (outside the kernels), times their loops' trips."""
+    trips = point.get("trips") or {}
+    return float(sum(int(point["ops"].get(n, 0)) * max(int(trips.get(n, 1)), 1) for n in point.get("sort_ops") or ()))
 
 
 def _sizes(points: list[dict]) -> list:
@@ -649,7 +671,9 @@ def _io_bytes(task, size: str) -> int:
 def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) -> ProgramEstimate:
     head = next(ln for ln in lines if "plan" in ln)
     plan, facts, traffic = head["plan"], head["facts"], head["block_traffic"]
-    points = sorted((ln["point"] for ln in lines if "point" in ln), key=lambda p: p["x"])[-3:]  # the largest three
+    glue = next((ln["point"] for ln in lines if "point" in ln and ln["point"].get("glue")), None)
+    points = sorted((ln["point"] for ln in lines if "point" in ln and not ln["point"].get("glue")),
+                    key=lambda p: p["x"])[-3:]  # the largest three
     if not points:
         raise ValueError("no profiled point")
     clock, bw = chip.clock, chip.device_hbm_bytes_per_s
@@ -658,9 +682,12 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
     unknown_loops: list[str] = []
     for p in points:
         trips = p.get("trips") or {}  # ops inside while loops run once per trip; the profile prices one
-        raw = point_cycles(p)
-        once = sum(int(c) for c in p["ops"].values())
-        fill_bytes = sum(int(b) * max(int(trips.get(n, 1)), 1) for n, b in p["zero_cycle_bytes"].items())
+        # With the glue profiled at full size, the shrunk sizes' sorts are left out of the line and added after it.
+        apart = set(p.get("sort_ops") or ()) if glue is not None else set()
+        raw = point_cycles(p) - (_sort_cycles(p) if apart else 0)
+        once = sum(int(c) for n, c in p["ops"].items() if n not in apart)
+        fill_bytes = sum(int(b) * max(int(trips.get(n, 1)), 1) for n, b in p["zero_cycle_bytes"].items()
+                         if n not in apart)
         fill = fill_bytes / bw * clock
         loops = p.get("loops") or []
         unknown_loops += [f"{lp['name']} ({lp['why']})" for lp in loops if lp.get("trip_count") is None]
@@ -714,6 +741,12 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
                 (a, b), full_cycles, raw_full = seg[0], seg[0][0] + seg[0][1], max(seg[1][0] + seg[1][1], 0.0)
                 how = (f"cycles extrapolated along the slope of the two largest of {len(xs)} sizes, read at x = 1 "
                        f"(steeper than the line through all: the cost per unit of work was still rising)")
+    if glue is not None:
+        sorted_cycles = _sort_cycles(glue)
+        full_cycles, raw_full = full_cycles + sorted_cycles, raw_full + sorted_cycles
+        limits.append(f"the {len(glue.get('sort_ops') or ())} sort(s) outside the kernels priced once at full size "
+                      f"({sorted_cycles / clock * 1e3:.3g} ms), not extrapolated: libtpu's price of a sort does not "
+                      "grow in proportion to its rows or its length")
     cycles_ms = full_cycles / clock * 1e3
     flops = float(task.flops(size) or 0.0)
     int8 = _int8_flops(task, size)
@@ -782,7 +815,8 @@ def _fit_split(base: dict, lines: list[dict], task, chip, size: str, io_bytes: i
     through its two cut sizes, plus the XLA around the kernels at its roofline floor. The sum then goes through the
     ordinary fit at x = 1, for floors, bound and limits."""
     head = next(ln for ln in lines if "plan" in ln)
-    done = [ln["point"] for ln in lines if "point" in ln]
+    glue_point = next((ln["point"] for ln in lines if "point" in ln and ln["point"].get("glue")), None)
+    done = [ln["point"] for ln in lines if "point" in ln and not ln["point"].get("glue")]
     clock, bw = chip.clock, chip.device_hbm_bytes_per_s
     planned, profiled = {int(p["part"]) for p in head["plan"]["split"]}, {int(p["part"]) for p in done}
     if planned != profiled:  # a part left out would price the kernel without its work
@@ -818,7 +852,15 @@ def _fit_split(base: dict, lines: list[dict], task, chip, size: str, io_bytes: i
     glue = head["plan"].get("glue") or {"bytes": 0, "ops": 0}
     # Each XLA operation at its own roofline floor: its bytes at HBM bandwidth or its FLOPs at peak, the larger.
     peak = chip.device_peak_flops
-    glue_cycles = sum(max(float(b) / bw, float(f) / peak) for b, f in glue.get("work") or [[glue["bytes"], 0]]) * clock
+    work = glue.get("work") if "work" in glue else [[glue["bytes"], 0]]
+    sort_floor = [[float(b), float(f)] for b, f in glue.get("sort_work") or []]
+    glue_cycles = sum(max(b / bw, f / peak) for b, f in work + ([] if glue_point else sort_floor)) * clock
+    if glue_point is not None:  # the sorts profiled at full size, not at their bytes' floor
+        glue_cycles += _sort_cycles(glue_point)
+        limits.append(f"the {len(glue_point.get('sort_ops') or ())} sort(s) outside the kernels profiled at full size "
+                      f"({_sort_cycles(glue_point) / clock * 1e3:.3g} ms), not at their bytes' floor")
+    elif sort_floor:
+        limits.append(f"{len(sort_floor)} sort(s) outside the kernels at their roofline floor: not profiled")
     unknown = [lp["name"] for p in done for lp in p.get("loops") or [] if lp.get("trip_count") is None]
     synthetic = {"dims": head["plan"]["full_dims"], "x": 1.0, "tiles": None,
                  "ops": {"parts": round(total + glue_cycles)}, "zero_cycle_bytes": {}, "trips": {},

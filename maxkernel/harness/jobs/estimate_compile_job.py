@@ -43,11 +43,12 @@ def run(job: dict, scratch: Path) -> dict:
     for point in job["points"]:
         # Three sizes on one line are enough; a bend (the pipeline not yet in its steady state at a few tiles)
         # brings in the next larger size, and the fit then uses the largest three.
-        if "part" not in point and len(done) >= 3 and linear(done):  # a split plan's points are all needed
-            break
+        sized = [d for d in done if "part" not in d and not d.get("glue")]
+        if "part" not in point and not point.get("glue") and len(sized) >= 3 and linear(sized):
+            continue  # a split plan's points are all needed, and so is the glue at full size
         # A split plan's point is one pallas_call at a cut grid, all at the full size's dims: named by part and grid.
         _line(progress, {"starting": {"pallas_call": point["part"], "grid": point["grid"]} if "part" in point
-                         else point["dims"]})
+                         else {"glue": point["dims"]} if point.get("glue") else point["dims"]})
         try:
             text = (Path(scratch) / point["file"]).read_text()
             got = profiled_compile(text, device, dump)
@@ -87,8 +88,9 @@ def profiled_compile(text: str, device, dump: Path) -> dict:
     # The profile prices each op once; an op inside a while loop runs once per trip (hlo_loops).
     trips, loops = hlo_loops.op_trips(hlo)
     kernels = re.findall(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*custom_call_target=\"tpu_custom_call\"", hlo, re.M)
+    sorts = re.findall(r"^\s*(?:ROOT\s+)?%([\w.\-]+) = (?:\(.*?\)|\S+) sort\(", hlo, re.M)
     return {"ops": ops, "zero_cycle_bytes": zero, "compile_s": compile_s, "profile_files": len(list(dump.glob("*"))),
-            "kernel_ops": sorted(set(kernels) & set(ops)),
+            "kernel_ops": sorted(set(kernels) & set(ops)), "sort_ops": sorted(set(sorts) & set(ops)),
             "trips": {n: t for n, t in trips.items() if n in ops},
             "loops": [{"name": lp["name"], "trip_count": lp["trip_count"], "why": lp["why"]} for lp in loops]}
 
