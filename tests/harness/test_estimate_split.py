@@ -214,3 +214,29 @@ def test_a_part_the_plan_split_but_the_profile_left_out_is_no_estimate():
     got = est._fit_split(base, _split_lines({0: [(1.0, 5_000)], 1: [(1.0, 5_000)]}, planned=[0, 1, 2]),
                          load_task("8p_GEMM"), chips.get("v5e"), "full", 0)
     assert not got.ok and got.stage == "sandbox" and "where the plan split [0, 1, 2]" in got.error
+
+
+@pytest.mark.unit
+def test_the_profile_job_profiles_the_glue_after_the_sizes_it_stops_at(tmp_path, monkeypatch):
+    """The glue point (the program around the kernels at full size, for its sorts) comes last in the plan; the job's
+    early stop at three sizes on one line skips the larger sizes, never the glue, and names it when it starts (the
+    parent reads a failed glue profile from that line)."""
+    import json
+
+    from maxkernel.harness.jobs import compile_job
+    from maxkernel.harness.jobs import estimate_compile_job as cj
+
+    points = [{"dims": {"B": b}, "x": b / 32, "tiles": b, "file": f"{b}.mlir"} for b in (2, 4, 8, 16, 32)]
+    points.append({"glue": True, "dims": {"B": 32}, "x": 1.0, "tiles": None, "file": "glue.mlir"})
+    for p in points:
+        (tmp_path / p["file"]).write_text(p["file"])
+    monkeypatch.setattr(compile_job, "_topology_device", lambda chip: object())
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "")
+    monkeypatch.setattr(cj, "profiled_compile", lambda text, device, dump: {
+        "ops": {"k": 100 * int(text.split(".")[0]) if text[0].isdigit() else 0, "sort.1": 7}, "sort_ops": ["sort.1"],
+        "zero_cycle_bytes": {}, "compile_s": 0.0, "kernel_ops": ["k"]})
+    assert cj.run({"chip": "v5e", "points": points}, tmp_path)["status"] == "ok"
+    lines = [json.loads(ln) for ln in (tmp_path / cj.PROGRESS_FILE).read_text().splitlines()]
+    done = [ln["point"] for ln in lines if "point" in ln]
+    assert [p.get("glue", False) for p in done] == [False, False, False, True]
+    assert [ln["starting"] for ln in lines if "starting" in ln][-1] == {"glue": {"B": 32}}
