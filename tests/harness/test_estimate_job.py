@@ -393,3 +393,47 @@ def test_glue_lowering_keeps_the_sorts_and_drops_the_kernels(monkeypatch):
             body, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype))(v), x).sum()
 
     assert ej.glue_lowering(jax.make_jaxpr(looped)(jax.ShapeDtypeStruct((8, 256), jnp.float32)), chip, None) is None
+
+
+def test_zero_cycle_bytes_counts_a_sliced_or_gathered_operand_by_what_is_read():
+    """An operand a fusion only slices (lax.map's stacked input, one block a trip) or gathers from (a paged cache)
+    is read for the part it returns, not whole: counting the table would price every page of a cache per trip. A
+    buffer updated in place (1p's baseline on v6e: its P.V fusion, priced at 0 cycles, writes one block of lax.map's
+    16-block result a trip) costs the block, not the buffer twice: counted whole it read 34.8 ms."""
+    hlo = ("%fused_slice (param_0: f32[16,256,128], param_1: s32[]) -> f32[1,256,128] {\n"
+           "  %param_0 = f32[16,256,128]{2,1,0} parameter(0)\n"
+           "  %param_1 = s32[] parameter(1)\n"
+           "  %c = s32[] constant(0)\n"
+           "  ROOT %ds = f32[1,256,128]{2,1,0} dynamic-slice(%param_0, %param_1, %c, %c), dynamic_slice_sizes={1,256,128}\n"
+           "}\n"
+           "%fused_both (param_0.1: f32[16,256,128]) -> f32[16,256,128] {\n"
+           "  %param_0.1 = f32[16,256,128]{2,1,0} parameter(0)\n"
+           "  %s = f32[1,256,128]{2,1,0} slice(%param_0.1), slice={[0:1], [0:256], [0:128]}\n"
+           "  ROOT %n = f32[16,256,128]{2,1,0} negate(%param_0.1)\n"
+           "}\n"
+           "%fused_update (param_0.2: f32[16,256,128], param_1.2: f32[256,128], param_2.2: s32[]) -> f32[16,256,128] {\n"
+           "  %param_0.2 = f32[16,256,128]{2,1,0} parameter(0)\n"
+           "  %param_1.2 = f32[256,128]{1,0} parameter(1)\n"
+           "  %param_2.2 = s32[] parameter(2)\n"
+           "  %e = f32[256,128]{1,0} exponential(%param_1.2)\n"
+           "  %b = f32[1,256,128]{2,1,0} bitcast(%e)\n"
+           "  ROOT %u = f32[16,256,128]{2,1,0} dynamic-update-slice(%param_0.2, %b, %param_2.2, %param_2.2, %param_2.2)\n"
+           "}\n"
+           "ENTRY %main (p: f32[16,256,128], i: s32[]) -> f32[1,256,128] {\n"
+           "  %p = f32[16,256,128]{2,1,0} parameter(0)\n"
+           "  %i = s32[] parameter(1)\n"
+           "  %f = f32[1,256,128]{2,1,0} fusion(%p, %i), kind=kLoop, calls=%fused_slice\n"
+           "  %g = f32[16,256,128]{2,1,0} fusion(%p), kind=kLoop, calls=%fused_both\n"
+           "  %x = f32[256,128]{1,0} bitcast(%f)\n"
+           "  %w = f32[16,256,128]{2,1,0} fusion(%p, %x, %i), kind=kLoop, calls=%fused_update\n"
+           "  %v = f32[16,256,128]{2,1,0} dynamic-update-slice(%p, %f, %i, %i, %i)\n"
+           "  ROOT %d = f32[1,256,128]{2,1,0} dynamic-slice(%p, %i, %i, %i), dynamic_slice_sizes={1,256,128}\n"
+           "}\n")
+    block, table = 256 * 128 * 4, 16 * 256 * 128 * 4
+    got = ej.zero_cycle_bytes(hlo, ["f", "g", "d", "w", "v"])
+    assert got["f"] == block + block + 4  # result, the block read, the index
+    assert got["g"] == table + table  # read whole by the negate: the slice beside it does not make it partial
+    assert got["d"] == block + block + 3 * 4
+    # lax.map's stacked result, one block a trip, updated in place: the block is written, the buffer never read
+    assert got["w"] == block + block + 4  # the block written, the block the exponential reads, the index
+    assert got["v"] == block + block + 3 * 4

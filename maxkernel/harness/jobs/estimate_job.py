@@ -64,6 +64,7 @@ def zero_cycle_bytes(hlo_text: str, names: list[str]) -> dict[str, int]:
     """
     defined = {m.group(1): _line_bytes(m.group(2).split(" ", 1)[0])
                for m in re.finditer(r"^\s*(?:ROOT\s+)?%([\w.\-]+) = (.*)$", hlo_text, re.M)}
+    bodies = _computations(hlo_text)
     out = {}
     for name in names:
         m = re.search(rf"^\s*(?:ROOT\s+)?%{re.escape(name)} = (.*)$", hlo_text, re.M)
@@ -75,12 +76,72 @@ def zero_cycle_bytes(hlo_text: str, names: list[str]) -> dict[str, int]:
             continue  # moves nothing: a view, bookkeeping, or a buffer reserved for a loop to fill
         head, _, rest = line.partition(f" {op.group(1)}(" if op else " ")
         args = _operands(rest)
-        total = _line_bytes(head)
-        for arg in args:
-            shaped = _line_bytes(arg)
-            total += shaped if shaped else defined.get(arg.strip().lstrip("%"), 0)
+
+        def size(arg: str) -> int:
+            return _line_bytes(arg) or defined.get(arg.strip().split()[-1].lstrip("%") if arg.strip() else "", 0)
+
+        called = re.search(r"\bcalls=%([\w.\-]+)", line)
+        opcode = op.group(1) if op else ""
+        if called:
+            read = _sliced_reads(bodies.get(called.group(1), ""))
+        elif opcode in _SLICING:
+            read = {0: _line_bytes(head)}
+        elif opcode == "dynamic-update-slice" and len(args) > 1:
+            read = {0: 0, -1: size(args[1])}  # in place: the buffer is not read, only the update is written
+        else:
+            read = {}
+        total = min(_line_bytes(head), read[-1]) if -1 in read else _line_bytes(head)
+        for i, arg in enumerate(args):
+            total += min(size(arg), read[i]) if i in read else size(arg)
         out[name] = total
     return out
+
+
+# Ops that read a part of their first operand (the part they return), not all of it: a gather from a table, one
+# query block of lax.map's stacked input. Counting the whole operand would price a paged cache's every page.
+_SLICING = {"gather", "dynamic-slice", "slice"}
+
+
+def _computations(hlo_text: str) -> dict[str, str]:
+    """{computation name: its body's text} of a printed HLO module."""
+    out, name, body = {}, None, []
+    for line in hlo_text.splitlines():
+        head = re.match(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\{\s*$", line)
+        if head and name is None:
+            name, body = head.group(1), []
+        elif line.startswith("}") and name is not None:
+            out[name], name = "\n".join(body), None
+        elif name is not None:
+            body.append(line)
+    return out
+
+
+def _sliced_reads(body: str) -> dict[int, int]:
+    """{parameter index: bytes read} for a fused computation's parameters that are only sliced or gathered (as those
+    ops' first operand): the bytes of what they return, summed over the uses; a buffer a dynamic-update-slice updates
+    in place is not read at all. Key -1: the bytes the fusion writes, where its root updates a buffer in place (the
+    update's, not the buffer's: lax.map's stacked result, one block a trip)."""
+    params = {m.group(1): int(m.group(2)) for m in re.finditer(
+        r"^\s*%([\w.\-]+) = \S+ parameter\((\d+)\)", body, re.M)}
+    results = {m.group(1): m.group(2) for m in re.finditer(
+        r"^\s*(?:ROOT\s+)?%([\w.\-]+) = ((?:\(.*?\)|\S+)) [\w-]+\(", body, re.M)}
+    reads: dict[int, int] = {}
+    whole: set[int] = set()
+    for m in re.finditer(r"^\s*(ROOT\s+)?%[\w.\-]+ = ((?:\(.*?\)|\S+)) ([\w-]+)\((.*)$", body, re.M):
+        root, result, opcode, rest = m.group(1), m.group(2), m.group(3), m.group(4)
+        args = [a.split()[-1].lstrip("%") if a else "" for a in _operands(rest)]
+        if root and opcode == "dynamic-update-slice" and len(args) > 1:
+            reads[-1] = _line_bytes(results.get(args[1], "")) or _line_bytes(result)
+        for j, ref in enumerate(args):
+            if ref not in params:
+                continue
+            if opcode in _SLICING and j == 0:
+                reads[params[ref]] = reads.get(params[ref], 0) + _line_bytes(result)
+            elif opcode == "dynamic-update-slice" and j == 0:
+                reads.setdefault(params[ref], 0)
+            else:
+                whole.add(params[ref])
+    return {i: b for i, b in reads.items() if i not in whole}
 
 
 def _line_bytes(text: str) -> int:
