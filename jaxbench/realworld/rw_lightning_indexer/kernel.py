@@ -132,5 +132,7 @@ def workload(
     if seq_q > k.shape[1]:
         raise ValueError(f"seq_q={seq_q} > seq_k={k.shape[1]}: query rows are the last seq_q key positions")
     scores = _scores(q, k, w, block_t=block_t, block_s=decode_block_s if seq_q == 1 else block_s, sub=sub)
-    top = lax.top_k(scores, min(INDEX_TOPK, k.shape[1]))[0]
+    # The top-k on [rows, keys]: a decode's [batch, 1, keys] would leave the sort one row per 8-row tile.
+    topk = min(INDEX_TOPK, k.shape[1])
+    top = lax.top_k(scores.reshape(batch * seq_q, -1), topk)[0].reshape(batch, seq_q, topk)
     return jnp.where(jnp.isfinite(top), top, 0.0)
