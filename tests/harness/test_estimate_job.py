@@ -44,6 +44,10 @@ def test_zero_cycle_bytes_reads_operands_printed_by_name():
            "calls=%fused_computation.2, metadata={source_file=\"-\" source_line=53}\n")
     keys, w, q, result = 16 * 65536 * 128 * 2, 16 * 64 * 4, 16 * 64 * 128 * 2, 16 * 65536 * 4
     assert ej.zero_cycle_bytes(hlo, ["fusion.1"]) == {"fusion.1": keys + w + q + result}
+    # the printer marks every fifth operand with its index: it is still an operand
+    marked = hlo.replace("fusion(%Arg_1.13, %bitcast.7, %copy-done)",
+                         "fusion(%bitcast.7, %bitcast.7, %bitcast.7, %bitcast.7, %copy-done, /*index=5*/%Arg_1.13)")
+    assert ej.zero_cycle_bytes(marked, ["fusion.1"]) == {"fusion.1": keys + 4 * w + q + result}
 
 
 def test_linear_accepts_a_line_and_refuses_a_bend():

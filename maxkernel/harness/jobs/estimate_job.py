@@ -171,7 +171,7 @@ def _operands(rest: str) -> list[str]:
         cur += ch
     if cur.strip():
         args.append(cur)
-    return [a.strip() for a in args]
+    return [re.sub(r"/\*.*?\*/", "", a).strip() for a in args]  # the printer marks every fifth: /*index=5*/%x
 
 
 def pallas_facts(closed_jaxpr) -> dict:
