@@ -384,11 +384,10 @@ def test_glue_lowering_keeps_the_sorts_and_drops_the_kernels(monkeypatch):
         return lax.top_k(y + 1.0, 16)[0]
 
     closed = jax.make_jaxpr(program)(jax.ShapeDtypeStruct((32, 256), jnp.float32))
-    assert ej.sorts_outside_kernels(closed) == 1
     chip = chips.get("v5e")
     text = ej.glue_lowering(closed, chip, None)
     assert "top_k" in text and "tpu_custom_call" not in text and "tensor<32x256xf32>" in text
-    work = ej.glue_work(closed)
+    work = ej.glue_work(closed)  # what decides that the glue is lowered apart: a sort outside the kernels
     assert len(work["sort_work"]) == 1 and work["ops"] == len(work["work"]) + 1
 
     @jax.jit

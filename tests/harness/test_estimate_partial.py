@@ -131,3 +131,29 @@ def test_out_of_memory_stands_when_the_sizes_go_no_lower(recorded, monkeypatch):
     part = est._profile(task, None, chip, "full", None, None, [])
     assert not part.ok and part.stage == "memory"
     assert est.MEMORY_RETRIED in part.error and "go no lower" in part.error
+
+
+def test_the_glue_that_cannot_be_profiled_leaves_the_estimate_standing_and_says_so(recorded, monkeypatch):
+    """The program around a kernel's pallas_calls, profiled at full size for its sorts, is an extra: its profile out
+    of memory (the indexer's prefill sort of 16384 x 16384 on v5e), or a glue the planning job could not lower apart,
+    leaves the sizes' fit as it is, with a limit saying the sorts were priced with the rest."""
+    task, chip, whole, calls = recorded
+    plan, profile = calls
+    dims = next(ln["plan"]["full_dims"] for ln in plan["lines"] if "plan" in ln)
+    glue = {"glue": True, "dims": dims, "x": 1.0, "tiles": None, "file": "lowered/glue.mlir"}
+    planned = {**plan, "lines": plan["lines"] + [{"lowered": glue}],
+               "lowered": {**plan["lowered"], glue["file"]: "module {}"}}
+    crashed = {**profile, "status": "crashed", "result": {}, "stderr": _OOM,
+               "lines": profile["lines"] + [{"starting": {"glue": dims}}]}
+    replies = iter([planned, crashed])
+    monkeypatch.setattr(est, "_run", lambda *a, **k: next(replies))
+    out = est._profile(task, None, chip, "full", None, None, [])
+    assert out.ok and out.estimated_ms == pytest.approx(whole.estimated_ms)
+    assert any(ln.startswith(est.GLUE_FAILED) and "memory guard" in ln for ln in out.limits), out.limits
+    assert out.partial_stage is None
+
+    skipped = {**plan, "lines": plan["lines"] + [{"glue_skipped": "a pallas_call sits inside a loop or a branch"}]}
+    replies = iter([skipped, profile])
+    monkeypatch.setattr(est, "_run", lambda *a, **k: next(replies))
+    out = est._profile(task, None, chip, "full", None, None, [])
+    assert out.ok and any(ln.startswith(est.GLUE_FAILED) and "inside a loop" in ln for ln in out.limits)

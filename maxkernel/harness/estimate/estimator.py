@@ -452,8 +452,8 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str], shri
     if failed and started and isinstance(started[-1], dict) and "glue" in started[-1]:
         # Only the glue at full size failed (its sorts past the memory guard): they are priced with the rest.
         glue_failed, failed = failed.error, None
-    else:
-        glue_failed = None
+    else:  # or the planning job could not lower it apart (a pallas_call inside a loop)
+        glue_failed = next((str(ln["glue_skipped"]) for ln in planned["lines"] if "glue_skipped" in ln), None)
     if head[0]["plan"].get("split"):  # priced in parts: every part is needed
         if failed:
             if failed.stage == "memory" and shrink == 1:  # the parts cut further, for a smaller budget
@@ -491,7 +491,7 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str], shri
 
 
 GLUE_FAILED = ("the XLA around the kernels (its sorts) could not be profiled at full size, so its sorts were "
-               "priced with the rest")
+               "priced with the rest (extrapolated, or in parts at their bytes' floor)")
 
 
 def _sort_cycles(point: dict) -> float:
