@@ -199,3 +199,28 @@ def test_a_sort_outside_the_kernels_is_priced_at_full_size_not_extrapolated():
     # without the glue point (a pallas_call inside a loop, or the glue failed) the sorts stay on the line
     along = _fit(BASE, _with_sorts(pts, sorts), task, V5E, "full", IO)
     assert along.fit["cycles_full"] == pytest.approx(1000 + 3e7 + 2e6 * 64, rel=1e-6)
+
+
+def test_xla_around_the_kernel_is_named_with_its_layout_copies():
+    """rw_mhc_stream_mixing's first kernel on v5e at 64 of 4096 tokens (the profile's figures): it viewed the
+    [tokens, 4, C] streams as [tokens, 4C], and XLA's relayouts of the streams in and out (copy.3, reshape.6) with
+    phi's preparation cost more than the kernel (name.1) itself. The estimate names them; a kernel whose XLA is a
+    sliver gets no such line."""
+    ops = {"name.1": 31023, "reshape.6": 20578, "copy.2": 7560, "pad.4": 5352, "slice.0": 5329, "copy.3": 2251,
+           "bitcast.8": 0}
+    pts = [(x, {n: int(c * x * 64) for n, c in ops.items()}, {}) for x in (1 / 64, 1 / 32, 1 / 16)]
+    body = lines(pts, calls=[{"name": "pallas_call", "grid": [64], "parallel": [True]}])
+    for ln in body[1:]:
+        ln["point"]["kernel_ops"] = ["name.1"]
+    e = _fit(BASE, body, load_task("8p_GEMM"), V5E, "full", IO)
+    out = e.fit["outside_kernels"]
+    assert out["share"] == pytest.approx(1 - 31023 / sum(ops.values()), rel=1e-3)
+    assert [n for n, _ in out["ops"]] == ["reshape.6", "copy.2", "pad.4", "slice.0", "copy.3"]
+    line = next(x for x in e.limits if "outside its pallas_calls" in x)
+    assert "reshape.6 29%" in line and "relayout" in line and "reshape.6, copy.2, copy.3 move data" in line
+    slim = [(x, {"name.1": int(1e6 * x * 64), "fusion": int(1e4 * x * 64)}, {}) for x in (1 / 64, 1 / 32, 1 / 16)]
+    body = lines(slim, calls=[{"name": "pallas_call", "grid": [64], "parallel": [True]}])
+    for ln in body[1:]:
+        ln["point"]["kernel_ops"] = ["name.1"]
+    e = _fit(BASE, body, load_task("8p_GEMM"), V5E, "full", IO)
+    assert e.fit["outside_kernels"]["share"] < 0.02 and not any("outside its pallas_calls" in x for x in e.limits)

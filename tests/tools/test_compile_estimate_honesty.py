@@ -297,7 +297,24 @@ def test_a_kernel_the_llo_type_check_rejects_is_told_the_known_rewrites():
     assert est._RETRY_FLAG in crash("kernel", []).hint  # the flag first
     hint = crash("kernel", [est._RETRY_FLAG]).hint
     assert "VMEM ref" in hint and "im2col" in hint and "multiple of 16" in hint and "64 lanes" in hint
+    assert "computed in registers" in hint and "sublane stride" in hint
     assert crash("baseline", [est._RETRY_FLAG]).hint == est._UNPRICEABLE_HINT  # XLA's program: no rewrite to offer
+
+
+@pytest.mark.unit
+def test_a_kernel_whose_smem_operand_the_profiler_refuses_is_told_to_pass_it_in_vmem():
+    """rw_mhc_stream_mixing with alpha and bias as BlockSpec(memory_space=SMEM) operands: libtpu's profiler aborted on
+    the kernel (name.1) with an unsupported DMA direction; the same scalars as a [1, 128] VMEM row were priced."""
+    stderr = ("F1207 llo_dumper.cc:1585] Static LLO profiling of name.1 failed: INVALID_ARGUMENT: Unsupported DMA "
+              "direction: 10 on VL/VLP")
+
+    def crash(program, flags):
+        base = dict(ok=False, program=program, chip="v5e", libtpu_flags=flags, libtpu="test")
+        return est._crash(base, stderr, [], get_settings())
+
+    assert est._RETRY_FLAG in crash("kernel", []).hint  # the flag first
+    assert "SMEM" in crash("kernel", [est._RETRY_FLAG]).hint and "[1, 128]" in crash("kernel", [est._RETRY_FLAG]).hint
+    assert crash("baseline", [est._RETRY_FLAG]).hint == est._UNPRICEABLE_HINT
 
 
 @pytest.mark.integration

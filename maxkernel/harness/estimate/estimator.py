@@ -93,8 +93,19 @@ _VECTOR_HINT = ("libtpu's LLO type check aborts the profile of a few constructs 
                 "stacking (an im2col block): stack in f32 and cast once; (3) a bf16 dot whose left operand's row "
                 "count is not a multiple of 16: pad the rows to 32; (4) a bf16 matmul operand 64 lanes wide (a "
                 "64-wide head or RoPE dim, 3p): pair two heads into 128 lanes, or give that matmul f32 "
-                "operands (exact where the values are bf16). Bisect at smoke size (maxkernel estimate --size smoke) "
-                "to find the line")
+                "operands (exact where the values are bf16); (5) a bf16 matmul operand computed in registers (a "
+                "where, a mask or an astype(bf16) feeding jnp.dot: 'Expected vector-f32, got vector-bf16packed' on a "
+                "vmatmul): write it to a VMEM scratch and give the dot the scratch's load (rw_mhc_stream_mixing's "
+                "coefficient matrices); (6) a matmul operand read with a sublane stride (ref[:, j, :] of a 3-D block, "
+                "'got vector-int16'): copy it to a scratch first, or contract the unstrided block. Bisect at smoke "
+                "size (maxkernel estimate --size smoke) to find the line")
+# libtpu's profiler refuses the DMA that fills an SMEM operand (BlockSpec(memory_space=SMEM)) of a kernel; scalar
+# prefetch is priced (6p, rw_lightning_indexer).
+_DMA_CHECK = "Unsupported DMA direction"
+_DMA_HINT = ("libtpu's profiler refuses a DMA this kernel issues. If the kernel takes an operand in SMEM (a BlockSpec "
+             "with memory_space=SMEM), pass it as a small VMEM block instead (e.g. scalars padded into a [1, 128] "
+             "row, read with lane slices): that DMA into SMEM is what the profiler refuses (rw_mhc_stream_mixing's "
+             "alpha and bias); scalar prefetch (PrefetchScalarGridSpec) is priced")
 # Stages whose outcome the same inputs always repeat: only these are cached.
 # "unpriced": libtpu's profile of a kernel priced in parts saw none of a part's work (17p): the same every time, so
 # cached, and not profiled again with the VMEM flag (which changes memory placement, not what the profile sees).
@@ -603,6 +614,8 @@ def _crash(base: dict, stderr: str, lines: list[dict], settings) -> ProgramEstim
             hint = _UNPRICEABLE_HINT if retried else f"libtpu flag {_RETRY_FLAG} avoids most of these aborts"
             if retried and _VECTOR_CHECK in stderr and base.get("program") == "kernel":
                 hint = _VECTOR_HINT
+            if retried and marker == _DMA_CHECK and base.get("program") == "kernel":
+                hint = _DMA_HINT
             return ProgramEstimate(**base, stage="abort", error=f"libtpu aborted{at}: {why} ({line.strip()[:200]})",
                                    hint=hint)
     fatal = [ln.strip() for ln in stderr.splitlines() if re.match(r"\s*F\d{4} ", ln) or "Check failed" in ln]
@@ -774,6 +787,9 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
     for c in facts["pallas_calls"]:
         if c.get("vmem_limit_bytes"):
             limits.append(f"{c['name']} asks for a {int(c['vmem_limit_bytes']) >> 20} MiB scoped VMEM limit")
+    outside = _outside_kernels(points[big]) if facts["pallas_calls"] else None
+    if outside and outside["share"] >= OUTSIDE_SHARE:
+        limits.append(_outside_line(outside))
     estimated = max(cycles_ms, compute_ms, memory_ms)
     slope = None  # the cycles the line adds from x = 0 to the full size, where it was extrapolated
     if how.startswith(("cycles = a + b*x", "cycles extrapolated along", "the same cycles")) and b is not None:
@@ -795,7 +811,7 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
            if spec_bytes is not None and spec_bytes >= io_bytes else "inputs and outputs",
            "flops": flops, "rejected_dims": plan.get("rejected", {}),
            "pallas_calls": [{k: c[k] for k in ("name", "grid", "parallel")} for c in facts["pallas_calls"]],
-           "fingerprints": plan.get("fingerprints") or []}
+           "fingerprints": plan.get("fingerprints") or [], **({"outside_kernels": outside} if outside else {})}
     uncertainty = _uncertainty(rows, residual, estimated, cycles_ms, max(compute_ms, memory_ms))
     return ProgramEstimate(**{**base, "ok": True}, estimated_ms=estimated, bound=bound, uncertainty=uncertainty,
                            floors={"compute_ms": floors["compute_ms"], "memory_ms": floors["memory_ms"]},
@@ -803,6 +819,44 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
                            static_cycles_ms=raw_full / clock * 1e3,
                            fraction_of_roofline=roofline / estimated if roofline else None,
                            fit=fit, limits=limits, data_dependent=data_dependent, under_priced=under)
+
+
+OUTSIDE_SHARE = 0.2  # XLA outside the pallas_calls at or above this share of a kernel program's cycles is named
+_LAYOUT_OPS = ("reshape", "copy", "transpose")
+
+
+def _outside_kernels(point: dict) -> dict | None:
+    """What the XLA around a kernel costs at one profiled size: the share of the program's cycles (ops times their
+    loops' trips) outside the pallas_calls, and the largest such ops. None when the point does not say which ops
+    are the kernels."""
+    kernels = set(point.get("kernel_ops") or ())
+    if not kernels:
+        return None
+    trips = point.get("trips") or {}
+    cost = {n: int(c) * max(int(trips.get(n, 1)), 1) for n, c in point["ops"].items()}
+    total = sum(cost.values())
+    out = {n: c for n, c in cost.items() if n not in kernels and c > 0}
+    if not total:
+        return None
+    top = sorted(out.items(), key=lambda kv: -kv[1])[:5]
+    return {"share": sum(out.values()) / total, "cycles": sum(out.values()), "dims": point.get("dims"),
+            "ops": [[n, c] for n, c in top]}
+
+
+def _outside_line(outside: dict) -> str:
+    """The limit naming the XLA ops around the kernels; a reshape, copy or transpose there that costs cycles is a
+    physical layout change (a free one is a bitcast), which a kernel can often avoid by taking its operands in the
+    layout they already have."""
+    total = outside["cycles"] / outside["share"]
+    named = ", ".join(f"{n} {c / total:.0%}" for n, c in outside["ops"])
+    line = (f"{outside['share']:.0%} of the kernel program's profiled cycles are XLA ops outside its pallas_calls "
+            f"(at {outside['dims']}: {named})")
+    layout = [n for n, _ in outside["ops"] if n.split(".")[0] in _LAYOUT_OPS]
+    if layout:
+        line += (f"; {', '.join(layout)} move data between layouts (a reshape that costs cycles is a relayout, not "
+                 "a bitcast): a kernel that takes and returns its operands in the layout XLA already holds them "
+                 "saves those copies")
+    return line
 
 
 SPLIT = "priced in parts"
