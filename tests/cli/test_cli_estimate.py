@@ -170,3 +170,21 @@ def test_estimate_program_parallel_axes_keep_a_same_sized_dim_whole():
     assert merged["ok"] and merged["under_priced"], merged["summary"]
     assert apart["ok"] and not apart["under_priced"] and "P8192=8192" in apart["limits"][0], apart["summary"]
     assert apart["estimated_ms"] == pytest.approx(task["estimated_ms"], rel=0.05)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_estimate_program_no_dim_shrinks_is_profiled_whole(tmp_path):
+    """A matmul whose arguments lead with different dims (so no dim is taken as parallel) and whose dims are all
+    narrow, above a budget lowered to force it: no shrink plan, so XLA's program is profiled whole at full size and
+    the limit says why (was: could not estimate, "cannot shrink the program below the profiling budget")."""
+    (tmp_path / "p.py").write_text("def mm(a, b):\n    return a @ b\n")
+    env = {**os.environ, "MAXKERNEL_CACHE_DIR": str(tmp_path / "cache"), "MAXKERNEL_ESTIMATE_MAX_GFLOP": "0.01"}
+    run = [sys.executable, "-m", "maxkernel.cli", "estimate", "--program", "p.py:mm", "--arg", "bf16[512,1024]",
+           "--arg", "bf16[1024,512]", "--chip", "v5e", "--json"]
+    r = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path, timeout=600, env=env)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["ok"], (doc.get("error"), r.stderr[-2000:])
+    assert doc["fit"]["how"] == "profiled at full size" and doc["fit"]["points"][0]["x"] == 1.0
+    assert any(x.startswith("profiled whole at full size, not shrunk (cannot shrink") for x in doc["limits"])
+    assert doc["estimated_ms"] >= doc["floors"]["compute_ms"] > 0

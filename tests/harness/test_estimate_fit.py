@@ -224,3 +224,13 @@ def test_xla_around_the_kernel_is_named_with_its_layout_copies():
         ln["point"]["kernel_ops"] = ["name.1"]
     e = _fit(BASE, body, load_task("8p_GEMM"), V5E, "full", IO)
     assert e.fit["outside_kernels"]["share"] < 0.02 and not any("outside its pallas_calls" in x for x in e.limits)
+
+
+def test_a_program_profiled_whole_says_why_it_was_not_shrunk():
+    pts = [(1.0, {"fusion": int(1.5e8)}, {})]
+    body = lines(pts)
+    body[0]["plan"]["whole"] = "cannot shrink the program below the profiling budget: seq_len: a dot contracts it"
+    e = _fit(BASE, body, load_task("8p_GEMM"), V5E, "full", IO)
+    assert e.ok and e.fit["how"] == "profiled at full size" and e.fit["cycles_full"] == 1.5e8
+    assert "profiled whole at full size, not shrunk (cannot shrink the program below the profiling budget: seq_len" \
+        in " | ".join(e.limits)

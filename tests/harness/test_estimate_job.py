@@ -331,22 +331,6 @@ def test_sizes_of_a_loop_are_compared_on_their_cycles_times_trips():
     assert "differ 4.0 times" in _disagree([quarter, another])
 
 
-def test_a_program_with_no_dim_to_shrink_says_which_dims_it_has(tmp_path):
-    """17p-like: every dim under 2048 and none named parallel. The plan's failure lists the dims, so the user sees
-    what to name with --parallel, instead of a bare "no parallel dimension"."""
-    (tmp_path / "t.py").write_text("import jax.numpy as jnp\n\n\ndef tri(a, b):\n"
-                                   "    return jnp.einsum('ijc,kjc->ikc', a, b)\n")
-    from maxkernel.tasknew.program import program_task
-
-    task, _ = program_task(f"{tmp_path / 't.py'}:tri", ["bf16[1536,1536,128]", "bf16[1536,1536,128]"],
-                           tmp_path / "programs")
-    job = {"task": str(task.path), "kernel": None, "chip": "v5e", "size": "full", "dims_order": [],
-           "budget": {**BUDGET, "full_bytes": 4 * 1536 * 1536 * 128 * 2}}
-    out = ej.run(job, tmp_path)
-    assert out["status"] == "error" and out["stage"] == "plan"
-    assert "no other dim is 2048 or more wide" in out["error"] and "D1536=1536" in out["error"], out["error"]
-
-
 def test_a_program_whose_work_the_trace_cannot_count_is_refused_with_a_reason(tmp_path):
     """A data-movement program priced with the user's --flops: the census counts no FLOPs in a transpose, so no
     smaller size has a count to compare. The plan names that for each output dim; it used to divide by that zero and

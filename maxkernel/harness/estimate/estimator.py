@@ -780,6 +780,8 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
                       "BlockSpecs fetch: the BlockSpec figure is used")
     if plan.get("plain_jax"):
         limits.append(PLAIN_JAX)
+    if plan.get("whole"):
+        limits.append(f"profiled whole at full size, not shrunk ({plan['whole']})")
     data_dependent = bool(facts.get("data_dependent"))
     if data_dependent:
         limits.append("work depends on the data (" + ", ".join(facts["data_dependent"]) + "): the profiler cannot see "
