@@ -2,6 +2,7 @@
 "kernel" is no Pallas kernel, compile's roofline bound is the estimate's floor, the share of roofline is held against
 the task's floor (the kernel's own-traffic floor beside it), and the hint never offers the libtpu flag already tried."""
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -285,15 +286,17 @@ def test_the_address_space_guard_is_named_as_memory_not_a_dying_process():
     assert "MAXKERNEL_ESTIMATE_MEMORY_MB" in r.hint
 
 
+def _crash_as(program: str, flags: list, stderr: str):
+    """The estimate a profiling process that died with `stderr` gives `program` (kernel or baseline)."""
+    base = dict(ok=False, program=program, chip="v5e", libtpu_flags=flags, libtpu="test")
+    return est._crash(base, stderr, [], get_settings())
+
+
 @pytest.mark.unit
 def test_a_kernel_the_llo_type_check_rejects_is_told_the_known_rewrites():
     stderr = ("F1205 llo_module.cc:66] Check failed: TakeStatus() is OK (INTERNAL: LLO_CHECK failure "
               "(platforms/xla/service/jellyfish/llo_region.cc:393) type_check_result.ok() Expected vector)")
-
-    def crash(program, flags):
-        base = dict(ok=False, program=program, chip="v5e", libtpu_flags=flags, libtpu="test")
-        return est._crash(base, stderr, [], get_settings())
-
+    crash = functools.partial(_crash_as, stderr=stderr)
     assert est._RETRY_FLAG in crash("kernel", []).hint  # the flag first
     hint = crash("kernel", [est._RETRY_FLAG]).hint
     assert "VMEM ref" in hint and "im2col" in hint and "multiple of 16" in hint and "64 lanes" in hint
@@ -307,11 +310,7 @@ def test_a_kernel_whose_smem_operand_the_profiler_refuses_is_told_to_pass_it_in_
     the kernel (name.1) with an unsupported DMA direction; the same scalars as a [1, 128] VMEM row were priced."""
     stderr = ("F1207 llo_dumper.cc:1585] Static LLO profiling of name.1 failed: INVALID_ARGUMENT: Unsupported DMA "
               "direction: 10 on VL/VLP")
-
-    def crash(program, flags):
-        base = dict(ok=False, program=program, chip="v5e", libtpu_flags=flags, libtpu="test")
-        return est._crash(base, stderr, [], get_settings())
-
+    crash = functools.partial(_crash_as, stderr=stderr)
     assert est._RETRY_FLAG in crash("kernel", []).hint  # the flag first
     assert "SMEM" in crash("kernel", [est._RETRY_FLAG]).hint and "[1, 128]" in crash("kernel", [est._RETRY_FLAG]).hint
     assert crash("baseline", [est._RETRY_FLAG]).hint == est._UNPRICEABLE_HINT
