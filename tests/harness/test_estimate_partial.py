@@ -157,3 +157,23 @@ def test_the_glue_that_cannot_be_profiled_leaves_the_estimate_standing_and_says_
     monkeypatch.setattr(est, "_run", lambda *a, **k: next(replies))
     out = est._profile(task, None, chip, "full", None, None, [])
     assert out.ok and any(ln.startswith(est.GLUE_FAILED) and "inside a loop" in ln for ln in out.limits)
+
+
+def test_a_whole_profile_that_fails_says_it_was_whole_and_how_to_let_it_shrink(recorded, monkeypatch):
+    """XLA's program that no dim shrinks is profiled whole at full size; when that profile runs out of memory, the
+    failure says it was whole and why, and the hint names what would let it shrink (a parallel dim), not a smaller
+    budget, which cannot help. The retry for a smaller budget meets the same whole plan and stops there."""
+    task, chip, _, calls = recorded
+    plan, profile = calls
+    head = next(ln for ln in plan["lines"] if "plan" in ln)
+    whole = "cannot shrink the program below the profiling budget: K: a dot contracts it"
+    planned = {**plan, "lines": [{**head, "plan": {**head["plan"], "whole": whole}}]
+               + [ln for ln in plan["lines"] if "plan" not in ln]}
+    crashed = {**profile, "status": "crashed", "result": {}, "stderr": _OOM,
+               "lines": [ln for ln in profile["lines"] if "starting" in ln][:1]}
+    replies = iter([planned, crashed, planned])
+    monkeypatch.setattr(est, "_run", lambda *a, **k: next(replies))
+    out = est._profile(task, None, chip, "full", None, None, [])
+    assert not out.ok and out.stage == "memory"
+    assert f"(profiled whole at full size: {whole})" in out.error and "go no lower" in out.error, out.error
+    assert out.hint == est.WHOLE_HINT and "PARALLEL_DIMS" in out.hint

@@ -97,8 +97,9 @@ _VECTOR_HINT = ("libtpu's LLO type check aborts the profile of a few constructs 
                 "where, a mask or an astype(bf16) feeding jnp.dot: 'Expected vector-f32, got vector-bf16packed' on a "
                 "vmatmul): write it to a VMEM scratch and give the dot the scratch's load (rw_mhc_stream_mixing's "
                 "coefficient matrices); (6) a matmul operand read with a sublane stride (ref[:, j, :] of a 3-D block, "
-                "'got vector-int16'): copy it to a scratch first, or contract the unstrided block. Bisect at smoke "
-                "size (maxkernel estimate --size smoke) to find the line")
+                "'got vector-int16'): contract the unstrided block instead (rw_mhc_stream_mixing projects all of its "
+                "[bt*4, C] rows and keeps each row's own columns). Bisect at smoke size (maxkernel estimate --size "
+                "smoke) to find the line")
 # libtpu's profiler refuses the DMA that fills an SMEM operand (BlockSpec(memory_space=SMEM)) of a kernel; scalar
 # prefetch is priced (6p, rw_lightning_indexer).
 _DMA_CHECK = "Unsupported DMA direction"
@@ -465,6 +466,10 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str], shri
         glue_failed, failed = failed.error, None
     else:  # or the planning job could not lower it apart (a pallas_call inside a loop)
         glue_failed = next((str(ln["glue_skipped"]) for ln in planned["lines"] if "glue_skipped" in ln), None)
+    whole = head[0]["plan"].get("whole")
+    if failed and whole:  # profiled whole because nothing shrinks it: what would let it shrink is the way out
+        failed.error = f"{failed.error} (profiled whole at full size: {whole})"
+        failed.hint = WHOLE_HINT
     if head[0]["plan"].get("split"):  # priced in parts: every part is needed
         if failed:
             if failed.stage == "memory" and shrink == 1:  # the parts cut further, for a smaller budget
@@ -501,14 +506,17 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str], shri
     return out
 
 
+WHOLE_HINT = ("name a dim the program computes independently along (the task's PARALLEL_DIMS, or --parallel with "
+              "--program) so that smaller sizes can be profiled, or raise MAXKERNEL_ESTIMATE_MEMORY_MB / "
+              "MAXKERNEL_ESTIMATE_TIMEOUT_S for the whole program")
 GLUE_FAILED = ("the XLA around the kernels (its sorts) could not be profiled at full size, so its sorts were "
                "priced with the rest (extrapolated, or in parts at their bytes' floor)")
 
 
 def _sort_cycles(point: dict) -> float:
     """The cycles of a profiled size's sort ops (outside the kernels), times their loops' trips."""
-    trips = point.get("trips") or {}
-    return float(sum(int(point["ops"].get(n, 0)) * max(int(trips.get(n, 1)), 1) for n in point.get("sort_ops") or ()))
+    cost = op_cycles(point)
+    return float(sum(cost.get(n, 0) for n in point.get("sort_ops") or ()))
 
 
 def _sizes(points: list[dict]) -> list:
@@ -530,10 +538,15 @@ def _smaller(task, kernel, chip, size, tunables, timeout, flags, failed: Program
     return failed
 
 
-def point_cycles(point: dict) -> int:
-    """A profiled size's cycles: each op's, times the trips of the while loops it sits in (the profile prices one)."""
+def op_cycles(point: dict) -> dict[str, int]:
+    """A profiled size's cycles per op, times the trips of the while loops it sits in (the profile prices one)."""
     trips = point.get("trips") or {}
-    return sum(int(c) * max(int(trips.get(n, 1)), 1) for n, c in point["ops"].items())
+    return {n: int(c) * max(int(trips.get(n, 1)), 1) for n, c in point["ops"].items()}
+
+
+def point_cycles(point: dict) -> int:
+    """A profiled size's cycles: every op's, times its loops' trips."""
+    return sum(op_cycles(point).values())
 
 
 def _disagree(points: list[dict]) -> str | None:
@@ -834,8 +847,7 @@ def _outside_kernels(point: dict) -> dict | None:
     kernels = set(point.get("kernel_ops") or ())
     if not kernels:
         return None
-    trips = point.get("trips") or {}
-    cost = {n: int(c) * max(int(trips.get(n, 1)), 1) for n, c in point["ops"].items()}
+    cost = op_cycles(point)
     total = sum(cost.values())
     out = {n: c for n, c in cost.items() if n not in kernels and c > 0}
     if not total:
@@ -880,8 +892,8 @@ def _fit_split(base: dict, lines: list[dict], task, chip, size: str, io_bytes: i
                                f"where the plan split {sorted(planned)}")
 
     def cost(p: dict) -> float:
-        keep, trips = set(p.get("kernel_ops") or ()), p.get("trips") or {}
-        return float(sum(int(c) * max(int(trips.get(n, 1)), 1) for n, c in p["ops"].items() if n in keep))
+        keep = set(p.get("kernel_ops") or ())
+        return float(sum(c for n, c in op_cycles(p).items() if n in keep))
 
     parts, limits, total, reach = [], [], 0.0, 1.0
     for i in sorted({p["part"] for p in done}):

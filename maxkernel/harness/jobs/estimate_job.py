@@ -917,21 +917,21 @@ def run(job: dict, scratch: Path) -> dict:
         smallest = steps["points"][0] if steps["points"] else {}
         reached = (f" (the smallest size it reached, {smallest['dims']}, is {smallest['work']:.3g} times the budget)"
                    if smallest.get("work") else "")
-        why = ("cannot shrink the program below the profiling budget" + reached + ": "
-               + ("; ".join(f"{d}: {why}" for d, why in steps["rejected"].items()) or _nothing_to_shrink(
-                   steps["full_dims"], is_kernel)))
+        unshrunk = ("cannot shrink the program below the profiling budget" + reached + ": "
+                    + ("; ".join(f"{d}: {reason}" for d, reason in steps["rejected"].items())
+                       or _nothing_to_shrink(steps["full_dims"], is_kernel)))
         if not is_kernel or steps.get("plain_jax"):
             # XLA's program profiled whole instead: its compiled size need not follow its work (a loop's body is
             # compiled once). rw_dit_attention's baseline, whose one long dim is contracted, profiled whole at full
             # size in 31 s (v5e, 32760 tokens). The memory guard and the time limit still bound the attempt.
             steps = {**steps, "points": [{"dims": steps["full_dims"], "x": 1.0, "tiles": None, "work": None}],
-                     "reached_budget": True, "whole": why}
+                     "reached_budget": True, "whole": unshrunk}
     _line(progress, {"plan": {k: v for k, v in steps.items() if k not in ("full_facts", "full_jaxpr")},
                      "facts": steps["full_facts"], "block_traffic": traffic})
     if not steps["reached_budget"]:
         named = getattr(task.module, "PARALLEL_DIMS", None)
         return {"status": "error", "stage": "plan",
-                "error": why,
+                "error": unshrunk,
                 # Met on 9p: the hint sent the user to name PARALLEL_DIMS the task already named.
                 "hint": ("smaller default blocks (the kernel's tunables) let the sizes go lower, or raise "
                          "MAXKERNEL_ESTIMATE_MAX_GFLOP / MAXKERNEL_ESTIMATE_MAX_MB (a bigger profile needs more "
