@@ -156,6 +156,29 @@ def test_estimate_program_takes_a_suite_tasks_own_workload_and_create_inputs():
 
 @pytest.mark.integration
 @pytest.mark.slow
+def test_an_xla_program_under_priced_at_small_sizes_is_profiled_again_larger(tmp_path):
+    """A GEMM whose weight (32 MiB) every shrunk size streams whole: at a 1 GFLOP budget its sizes (16-64 rows) are
+    weight-bound, their line falls under the FLOP floor, and the estimate would be the floor, not a priced program.
+    Profiled again at sizes planned for a budget 4 times larger (64-256 rows, compute-bound as the full size is), it
+    is priced, and it is the estimate a user who raised the budget by hand gets."""
+    (tmp_path / "g.py").write_text("import jax.numpy as jnp\n\ndef f(x, w):\n"
+                                   "    return jnp.dot(x, w, preferred_element_type=jnp.float32).astype(x.dtype)\n")
+    prog = ["estimate", "--program", f"{tmp_path / 'g.py'}:f", "--arg", "bf16[B=8192,4096]", "--arg", "bf16[4096,4096]",
+            "--parallel", "B", "--chip", "v5e", "--json"]
+    r = mk(*prog, env={"MAXKERNEL_ESTIMATE_MAX_GFLOP": "1", "MAXKERNEL_CACHE_DIR": str(tmp_path / "c1")})
+    assert r.returncode == 0, r.stderr
+    small = json.loads(r.stdout)
+    raised = json.loads(mk(*prog, env={"MAXKERNEL_ESTIMATE_MAX_GFLOP": "4",
+                                        "MAXKERNEL_CACHE_DIR": str(tmp_path / "c4")}).stdout)
+    grown = [x for x in small["limits"] if x.startswith("profiled again at sizes planned for a budget 4 times")]
+    assert small["ok"] and small["under_priced"] is None and grown, small["summary"]
+    assert "{'B': 16}" in grown[0] and "below the task's FLOP floor" in grown[0]  # the first sizes, and why
+    assert small["estimated_ms"] > small["floors"]["compute_ms"]  # priced by the profile, not stood on the floor
+    assert small["estimated_ms"] == pytest.approx(raised["estimated_ms"], rel=0.01)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
 def test_estimate_program_parallel_axes_keep_a_same_sized_dim_whole():
     """8p_GEMM's K is 8192 wide like its M: --parallel D8192 shrinks both and the fit falls under the FLOP floor
     (said as under_priced); --parallel 0.0 --parallel 1.1 (x's rows, w's columns) shrinks M and N alone, and the

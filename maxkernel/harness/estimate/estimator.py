@@ -33,7 +33,7 @@ from maxkernel.settings import get_settings
 __all__ = ["ProgramEstimate", "Estimate", "estimate", "estimate_program", "task_work", "roofline_floors",
            "TaskBaselineError", "METHOD", "LABEL", "METHOD_VERSION", "DEFAULT_PARALLEL_DIMS"]
 
-METHOD_VERSION = 3  # part of every cache key: bump when the method changes what it reports
+METHOD_VERSION = 4  # part of every cache key: bump when the method changes what it reports
 LABEL = "TPU estimate (libtpu static profile + roofline floor), not a measured time"
 METHOD = ("static LLO profile on a shrunk grid, extrapolated, floored by roofline: libtpu's estimated cycles for the "
           "program compiled deviceless at two or three sizes with parallel dimensions halved (blocks and reduction axes "
@@ -395,6 +395,8 @@ def estimate_program(task, kernel: str | None, chip, size: str = "full", tunable
                 out.error = f"{out.error}; retried with {_RETRY_FLAG}: {retry.error}"
                 out.hint = retry.hint if retry.hint and _RETRY_FLAG not in retry.hint else _UNPRICEABLE_HINT
                 out.libtpu_flags = [_RETRY_FLAG]
+        if _grows(out):
+            out = _larger(task, kernel, chip, size, tunables, timeout, out)
     except TaskBaselineError as exc:
         return ProgramEstimate(ok=False, program=program, chip=chip.name, stage="task", error=str(exc),
                                wall_s=time.monotonic() - t0)
@@ -511,6 +513,40 @@ WHOLE_HINT = ("name a dim the program computes independently along (the task's P
               "MAXKERNEL_ESTIMATE_TIMEOUT_S for the whole program")
 GLUE_FAILED = ("the XLA around the kernels (its sorts) could not be profiled at full size, so its sorts were "
                "priced with the rest (extrapolated, or in parts at their bytes' floor)")
+
+
+# An XLA program whose shrunk sizes priced it under its floor is profiled once more at sizes planned for a budget this
+# many times larger. Met on the GEMM baselines (42k on v6e: sizes up to batch 512 were held by streaming the weight and
+# the line fell under the FLOP floor; at batch 512-2048 it is compute-bound as the full size is and prices 0.637 ms,
+# where the whole program at full size profiles 0.648 ms). Not the full size itself: the profiler's memory grows with
+# the work (42k whole, 0.55 TFLOP: 7.9 GB; 8p's GEMM whole, 3.85 TFLOP: past 24 GB).
+GROW = 4
+GROWN = "profiled again at sizes planned for a budget"
+
+
+def _grows(out: ProgramEstimate) -> bool:
+    """Whether larger sizes may price what the shrunk ones missed: an XLA program (no pallas_call: a kernel's tiles
+    already are its steady state) fitted on shrunk sizes, under-priced for a reason size can change (not a loop whose
+    trips could not be read, not work that depends on the data), and not already cut short by memory or time."""
+    fit = out.fit or {}
+    return bool(out.ok and out.under_priced and fit.get("shrunk_dims") and not fit.get("pallas_calls")
+                and not out.data_dependent and out.partial_stage is None
+                and "trip count could not be read" not in out.under_priced)
+
+
+def _larger(task, kernel, chip, size, tunables, timeout, first: ProgramEstimate) -> ProgramEstimate:
+    """`first`, under-priced, profiled again at sizes GROW times larger: that estimate, saying why (still under-priced
+    where the larger sizes also fall short), or `first` with why the larger sizes could not be profiled."""
+    sizes = [p.get("dims") for p in first.fit.get("points") or []]
+    why = first.under_priced.split(". Likely cause")[0]
+    again = _profile(task, kernel, chip, size, tunables, timeout, list(first.libtpu_flags), shrink=1 / GROW)
+    if not again.ok:
+        first.limits.append(f"{GROWN} {GROW} times larger, which failed ({again.error}): the first sizes stand")
+        return first
+    flagged = [x for x in first.limits if _RETRY_FLAG in x]  # the first's flag applies to the larger sizes too
+    again.limits = [f"{GROWN} {GROW} times larger: the first sizes ({sizes}) priced it under its floor ({why})",
+                    *flagged, *again.limits]
+    return again
 
 
 def _sort_cycles(point: dict) -> float:
