@@ -234,3 +234,24 @@ def test_a_program_profiled_whole_says_why_it_was_not_shrunk():
     assert e.ok and e.fit["how"] == "profiled at full size" and e.fit["cycles_full"] == 1.5e8
     assert "profiled whole at full size, not shrunk (cannot shrink the program below the profiling budget: seq_len" \
         in " | ".join(e.limits)
+
+
+@pytest.mark.parametrize("share, calls, grows", [
+    (0.95, (), True),  # within the under-priced margin: not under_priced, yet the floor decided it
+    (0.5, (), True),  # under-priced
+    (1.05, (), False),  # the profile decided: nothing to re-profile
+    (0.95, ({"name": "k", "grid": [8], "parallel": [True]},), False),  # a kernel: its tiles are its steady state
+])
+def test_an_xla_program_under_its_floor_is_profiled_again_at_larger_sizes(share, calls, grows):
+    """_grows decides the second profile at sizes GROW times larger (the integration test in test_cli_estimate.py
+    runs it): an XLA program fitted on shrunk sizes whose profile reads under the FLOP floor, by any margin."""
+    from maxkernel.harness.estimate.estimator import _grows
+
+    task = load_task("8p_GEMM")
+    probe = _fit(BASE, lines([(x, {"k": int(3e7 * x)}, {}) for x in (1 / 64, 1 / 32, 1 / 16)]), task, V5E, "full", IO)
+    cycles = share * probe.floors["compute_ms"] / 1e3 * V5E.clock
+    pts = [(x, {"k": int(cycles * x)}, {}) for x in (1 / 64, 1 / 32, 1 / 16)]
+    e = _fit({**BASE, "program": "baseline"}, lines(pts, calls=calls), task, V5E, "full", IO)
+    assert e.ok and (e.under_priced is not None) == (share < 0.9)
+    assert _grows(e) is grows
+    assert not _grows(e.model_copy(update={"data_dependent": True}))  # the declared work floors it: size cannot help

@@ -526,19 +526,26 @@ GROWN = "profiled again at sizes planned for a budget"
 
 def _grows(out: ProgramEstimate) -> bool:
     """Whether larger sizes may price what the shrunk ones missed: an XLA program (no pallas_call: a kernel's tiles
-    already are its steady state) fitted on shrunk sizes, under-priced for a reason size can change (not a loop whose
-    trips could not be read, not work that depends on the data), and not already cut short by memory or time."""
+    already are its steady state) fitted on shrunk sizes, under its FLOP floor or under-priced for a reason size can
+    change (not a loop whose trips could not be read, not work that depends on the data), and not already cut short
+    by memory or time."""
     fit = out.fit or {}
-    return bool(out.ok and out.under_priced and fit.get("shrunk_dims") and not fit.get("pallas_calls")
+    # Under the FLOP floor by less than the under-priced margin is also a profile the floor decided (42k's baseline
+    # on v5e read the floor, 2.79 ms, where its whole program profiles 2.88).
+    below = bool(out.static_cycles_ms and (out.floors or {}).get("compute_ms")
+                 and out.static_cycles_ms < out.floors["compute_ms"])
+    return bool(out.ok and (out.under_priced or below) and fit.get("shrunk_dims") and not fit.get("pallas_calls")
                 and not out.data_dependent and out.partial_stage is None
-                and "trip count could not be read" not in out.under_priced)
+                and "trip count could not be read" not in (out.under_priced or ""))
 
 
 def _larger(task, kernel, chip, size, tunables, timeout, first: ProgramEstimate) -> ProgramEstimate:
     """`first`, under-priced, profiled again at sizes GROW times larger: that estimate, saying why (still under-priced
     where the larger sizes also fall short), or `first` with why the larger sizes could not be profiled."""
     sizes = [p.get("dims") for p in first.fit.get("points") or []]
-    why = first.under_priced.split(". Likely cause")[0]
+    why = (first.under_priced.split(". Likely cause")[0] if first.under_priced else
+           f"its static profile ({first.static_cycles_ms:.3g} ms) is below the task's FLOP floor "
+           f"({first.floors['compute_ms']:.3g} ms at peak)")
     again = _profile(task, kernel, chip, size, tunables, timeout, list(first.libtpu_flags), shrink=1 / GROW)
     if not again.ok:
         first.limits.append(f"{GROWN} {GROW} times larger, which failed ({again.error}): the first sizes stand")
