@@ -177,6 +177,49 @@ def test_an_xla_program_under_priced_at_small_sizes_is_profiled_again_larger(tmp
     assert small["estimated_ms"] == pytest.approx(raised["estimated_ms"], rel=0.01)
 
 
+RELAYOUT = """import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+def _k(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2
+
+def nchw(x):
+    n, c, h, w = x.shape
+    spec = pl.BlockSpec((1, c, h, w), lambda i: (i, 0, 0, 0))
+    return pl.pallas_call(_k, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(n,), in_specs=[spec],
+                          out_specs=spec)(x)
+
+def hwnc(x):
+    xt = jnp.transpose(x, (2, 3, 0, 1))
+    h, w, n, c = xt.shape
+    spec = pl.BlockSpec((1, w, n, c), lambda i: (i, 0, 0, 0))
+    o = pl.pallas_call(_k, out_shape=jax.ShapeDtypeStruct(xt.shape, x.dtype), grid=(h,), in_specs=[spec],
+                       out_specs=spec)(xt)
+    return jnp.transpose(o, (2, 3, 0, 1))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_xla_copies_around_a_kernel_are_named_with_their_layouts(tmp_path):
+    """XLA holds bf16[16,128,14,14] with its dims ordered {1,0,3,2} (channels fastest), not row-major: a kernel over
+    NCHW blocks gets its argument copied in and its output copied out (88 % of the program's cycles), and the limit
+    says which array each copy moves, from which layout into which, so a user sees that the same kernel over
+    [h, w, n, c] (jnp.transpose'd outside: bitcasts) is not copied; that one's estimate names no copy, and is lower."""
+    (tmp_path / "k.py").write_text(RELAYOUT)
+    docs = {}
+    for fn in ("nchw", "hwnc"):
+        r = mk("estimate", "--program", f"{tmp_path / 'k.py'}:{fn}", "--arg", "bf16[B=16,128,14,14]", "--parallel", "B",
+               "--chip", "v5e", "--json", env={"MAXKERNEL_CACHE_DIR": str(tmp_path / "c")})
+        assert r.returncode == 0, r.stderr
+        docs[fn] = json.loads(r.stdout)
+    said = " ".join(docs["nchw"]["limits"])
+    assert "copies the kernel's output bf16[16,128,14,14] from the layout it writes, {3,2,1,0" in said, said
+    assert "into {1,0,3,2" in said and "copies argument 0 bf16[16,128,14,14]" in said, said
+    assert "copies" not in " ".join(docs["hwnc"]["limits"]), docs["hwnc"]["limits"]
+    assert docs["hwnc"]["estimated_ms"] < docs["nchw"]["estimated_ms"]
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 def test_estimate_program_parallel_axes_keep_a_same_sized_dim_whole():

@@ -896,8 +896,25 @@ def _outside_kernels(point: dict) -> dict | None:
     if not total:
         return None
     top = sorted(out.items(), key=lambda kv: -kv[1])[:5]
+    layouts = point.get("op_layouts") or {}
     return {"share": sum(out.values()) / total, "cycles": sum(out.values()), "dims": point.get("dims"),
-            "ops": [[n, c] for n, c in top]}
+            "ops": [[n, c] for n, c in top], "layouts": {n: layouts[n] for n, _ in top if n in layouts}}
+
+
+def _relayout(name: str, op: dict) -> str | None:
+    """What one XLA op beside a kernel copies, in words, where it moves a kernel's output or an argument between
+    layouts (read by estimate_compile_job.op_layouts from the optimised HLO); None otherwise."""
+    def plain(layout):  # the memory space (S(1): VMEM) is not the layout
+        return re.sub(r"S\(\d+\)", "", layout or "") or "its default"
+
+    for src in op.get("sources") or ():
+        if src.get("opcode") == "custom-call" and op.get("root"):
+            return (f"{name} copies the kernel's output {op['shape']} from the layout it writes, {plain(src['layout'])}, "
+                    f"into {plain(op['layout'])}, the one XLA keeps the program's result in")
+        if src.get("parameter") is not None and plain(src["layout"]) != plain(op["layout"]):
+            return (f"{name} copies argument {src['parameter']} {src['shape']} from the layout XLA holds it in, "
+                    f"{plain(src['layout'])}, into {plain(op['layout'])}")
+    return None
 
 
 def _outside_line(outside: dict) -> str:
@@ -908,6 +925,11 @@ def _outside_line(outside: dict) -> str:
     named = ", ".join(f"{n} {c / total:.0%}" for n, c in outside["ops"])
     line = (f"{outside['share']:.0%} of the kernel program's profiled cycles are XLA ops outside its pallas_calls "
             f"(at {outside['dims']}: {named})")
+    said = [w for w in (_relayout(n, (outside.get("layouts") or {}).get(n) or {}) for n, _ in outside["ops"]) if w]
+    if said:
+        return line + "; " + "; ".join(said) + (
+            " (a layout lists dims minor to major, then the tiling: a kernel that takes or returns an array with its "
+            "dims in that order, jnp.transpose'd to the task's order outside, a bitcast, is not copied)")
     layout = [n for n, _ in outside["ops"] if n.split(".")[0] in _LAYOUT_OPS]
     if layout:
         line += (f"; {', '.join(layout)} move data between layouts (a reshape that costs cycles is a relayout, not "

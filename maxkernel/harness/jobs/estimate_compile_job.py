@@ -89,10 +89,47 @@ def profiled_compile(text: str, device, dump: Path) -> dict:
     trips, loops = hlo_loops.op_trips(hlo)
     kernels = re.findall(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*custom_call_target=\"tpu_custom_call\"", hlo, re.M)
     sorts = re.findall(r"^\s*(?:ROOT\s+)?%([\w.\-]+) = (?:\(.*?\)|\S+) sort\(", hlo, re.M)
+    outside = sorted((n for n, c in ops.items() if c > 0 and n not in kernels),
+                     key=lambda n: -ops[n] * trips.get(n, 1))[:OUTSIDE_OPS]
     return {"ops": ops, "zero_cycle_bytes": zero, "compile_s": compile_s, "profile_files": len(list(dump.glob("*"))),
             "kernel_ops": sorted(set(kernels) & set(ops)), "sort_ops": sorted(set(sorts) & set(ops)),
+            "op_layouts": op_layouts(hlo, outside) if kernels else {},
             "trips": {n: t for n, t in trips.items() if n in ops},
             "loops": [{"name": lp["name"], "trip_count": lp["trip_count"], "why": lp["why"]} for lp in loops]}
+
+
+OUTSIDE_OPS = 5  # the costliest XLA ops beside a kernel whose shapes and layouts are read (estimator._outside_line)
+_OP_LINE = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+) = (\w+\[[\d,]*\])(\{[^}]*\})? ([\w\-]+)\(([^)]*)\)", re.M)
+_PASS_THROUGH = ("bitcast", "get-tuple-element")  # an operand seen through these is where its data comes from
+
+
+def op_layouts(hlo: str, names: list[str]) -> dict:
+    """What the named ops are, from the optimised HLO: {name: {opcode, shape, layout (minor to major, with its
+    tiling), root (the program's result), sources: [{opcode, shape, layout, parameter}]}}, each operand followed
+    through bitcasts to the op that made it (a kernel's custom-call, an argument's parameter)."""
+    lines = {m.group(2): m for m in _OP_LINE.finditer(hlo)}
+
+    def source(name: str) -> dict:
+        for _ in range(8):
+            m = lines.get(name)
+            if m is None:
+                return {"opcode": None, "shape": None, "layout": None, "parameter": None}
+            inner = re.findall(r"%([\w.\-]+)", m.group(6))
+            if m.group(5) not in _PASS_THROUGH or not inner:
+                break
+            name = inner[0]
+        arg = re.fullmatch(r"\s*(\d+)\s*", m.group(6)) if m.group(5) == "parameter" else None
+        return {"opcode": m.group(5), "shape": m.group(3), "layout": m.group(4) or "",
+                "parameter": int(arg.group(1)) if arg else None}
+
+    out = {}
+    for n in names:
+        m = lines.get(n)
+        if m is None:  # a tuple-shaped fusion and the like: its cycles are named, its layout is not read
+            continue
+        out[n] = {"opcode": m.group(5), "shape": m.group(3), "layout": m.group(4) or "", "root": bool(m.group(1)),
+                  "sources": [source(o) for o in re.findall(r"%([\w.\-]+)", m.group(6))]}
+    return out
 
 
 def _line(path: Path, record: dict) -> None:
