@@ -907,6 +907,8 @@ def _relayout(name: str, op: dict) -> str | None:
     def plain(layout):  # the memory space (S(1): VMEM) is not the layout
         return re.sub(r"S\(\d+\)", "", layout or "") or "its default"
 
+    if op.get("opcode") not in _LAYOUT_OPS and name.split(".")[0] not in _LAYOUT_OPS:
+        return None  # a fusion that reads an argument computes; only a copy, transpose or reshape is said to move it
     for src in op.get("sources") or ():
         if src.get("opcode") == "custom-call" and op.get("root"):
             return (f"{name} copies the kernel's output {op['shape']} from the layout it writes, {plain(src['layout'])}, "
