@@ -177,3 +177,15 @@ def test_a_whole_profile_that_fails_says_it_was_whole_and_how_to_let_it_shrink(r
     assert not out.ok and out.stage == "memory"
     assert f"(profiled whole at full size: {whole})" in out.error and "go no lower" in out.error, out.error
     assert out.hint == est.WHOLE_HINT and "PARALLEL_DIMS" in out.hint
+
+
+def test_larger_sizes_out_of_time_leave_the_first_estimate_uncached(recorded, monkeypatch):
+    """The second profile of an under-floor XLA program at sizes GROW times larger ran out of time after one size
+    (the machine's load: rw_w8a8's and 13p's re-runs met it): the first estimate stands, says so, and is marked cut
+    short by time, which the cache refuses, so a quieter run profiles the larger sizes again."""
+    task, chip, whole, calls = recorded
+    _replay(monkeypatch, calls, 1, "timeout")
+    out = est._larger(task, None, chip, "full", None, None, whole.model_copy(deep=True))
+    assert out.ok and out.estimated_ms == whole.estimated_ms and out.partial_stage == "timeout"
+    assert any(ln.startswith(f"{est.GROWN} {est.GROW} times larger, which failed") and "did not finish" in ln
+               for ln in out.limits)

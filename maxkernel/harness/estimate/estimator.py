@@ -549,6 +549,8 @@ def _larger(task, kernel, chip, size, tunables, timeout, first: ProgramEstimate)
     again = _profile(task, kernel, chip, size, tunables, timeout, list(first.libtpu_flags), shrink=1 / GROW)
     if not again.ok:
         first.limits.append(f"{GROWN} {GROW} times larger, which failed ({again.error}): the first sizes stand")
+        if again.stage in _PARTIAL_STAGES:  # out of time is the machine's load: not cached, so a quieter run retries
+            first.partial_stage = again.stage
         return first
     flagged = [x for x in first.limits if _RETRY_FLAG in x]  # the first's flag applies to the larger sizes too
     again.limits = [f"{GROWN} {GROW} times larger: the first sizes ({sizes}) priced it under its floor ({why})",
