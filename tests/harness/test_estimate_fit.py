@@ -105,6 +105,30 @@ def test_zero_cycle_ops_are_filled_with_their_hbm_time():
     assert any("0 cycles" in x for x in e.limits)
 
 
+def test_a_zero_cycle_fusion_xla_priced_is_filled_with_xla_s_cost_model_not_its_bytes():
+    """39k's baseline at batch 4: the profile prices the conv fusion writing to HBM at 0 cycles, and its bytes are a
+    fraction of its compute; XLA's cost model (classic) prices it. The fill takes the model's cycles, counts them as
+    priced (the program is not under-priced on their account), and says so, naming the op. Where the model is under
+    the op's HBM time (a copy), the bytes win and nothing is said of the model."""
+    conv, copy = 3e7, 1 << 26
+    pts = [(x, {"k": int(1e6 * x), "fusion.1": 0, "copy.5": 0}, {"fusion.1": int(1e6 * x), "copy.5": int(copy * x)})
+           for x in (1 / 64, 1 / 32, 1 / 16)]
+    ls = lines(pts)
+    for ln in ls[1:]:
+        ln["point"]["zero_cycle_model"] = {"fusion.1": int(conv * ln["point"]["x"]), "copy.5": 10}
+    e = _fit(BASE, ls, load_task("8p_GEMM"), V5E, "full", IO)
+    by_copy = copy / V5E.device_hbm_bytes_per_s * V5E.clock
+    assert e.fit["cycles_full"] == pytest.approx(1e6 + conv + by_copy, rel=1e-3)
+    assert e.static_cycles_ms == pytest.approx((1e6 + conv) / V5E.clock * 1e3, rel=1e-3)
+    assert e.under_priced is None, e.under_priced
+    line = next(x for x in e.limits if "cost model" in x)
+    assert "fusion.1" in line and "copy.5" not in line, line
+    assert e.fit["points"][-1]["zero_cycle_model_ops"] == ["fusion.1"]
+    # Without the model's figures the same profile is under its FLOP floor: the fill is what prices the work.
+    bare = _fit(BASE, lines(pts), load_task("8p_GEMM"), V5E, "full", IO)
+    assert bare.under_priced and not any("cost model" in x for x in bare.limits)
+
+
 def test_cycles_that_fall_with_the_work_are_scaled_not_extrapolated():
     pts = [(1 / 64, {"k": 900_000}, {}), (1 / 32, {"k": 500_000}, {}), (1 / 16, {"k": 800_000}, {})]
     e = _fit(BASE, lines(pts), load_task("8p_GEMM"), V5E, "full", IO)

@@ -24,6 +24,21 @@ def test_parse_profile_sums_each_op():
     assert ej.parse_profile("nothing here") == {}
 
 
+# 39k's XLA baseline at batch 4, compiled for v5e (lines cut after the figures read): the conv fusion the profile
+# priced at 0 cycles (its output goes to HBM) carries the classic model's price; the copy after it, a placeholder.
+_MODELLED_HLO = """
+  %copy-done = bf16[64,8,3,3]{0,1,3,2:T(8,128)(2,1)S(1)} copy-done(%copy-start)
+  %fusion.1 = f32[254,32,32,64]{3,1,2,0:T(8,128)} fusion(%copy.4, %copy-done, %convert.2, %bitcast.12), kind=kOutput, calls=%fused_computation.2, metadata={source_file="-" source_line=4}, backend_config={"flag_configs":[],"window_config":{"kernel_window_bounds":["3","3","1","1"],"output_window_bounds":["127","1","4","1"],"input_window_bounds":["129","3","1","1"],"estimated_cycles":"600975","iteration_bounds":["1","1","2","32","1","1","1"],"cost_model_type":"COST_MODEL_TYPE_CLASSIC","ml_estimated_microseconds":0},"scoped_memory_configs":[],"bundle_analysis_data":{"estimated_cycles":"0","flops":"0"}}
+  %copy.5 = f32[254,32,32,64]{0,3,2,1:T(8,128)S(1)} copy(%fusion.1), metadata={source_file="-" source_line=17}, backend_config={"flag_configs":[],"window_config":{"kernel_window_bounds":[],"output_window_bounds":["8","2","8","2"],"input_window_bounds":["254","2","1","1"],"estimated_cycles":"392384","iteration_bounds":["4","16","1","1"],"cost_model_type":"COST_MODEL_TYPE_INVALID","ml_estimated_microseconds":0},"bundle_analysis_data":{"estimated_cycles":"0","flops":"0","scalar_inputs":"0"}}
+  %fusion.2 = f32[8]{0} fusion(%copy.5), kind=kLoop, calls=%fused_computation.3, backend_config={"flag_configs":[],"bundle_analysis_data":{"estimated_cycles":"777","flops":"0"}}
+"""
+
+
+def test_model_cycles_reads_only_the_classic_model_s_price():
+    got = ej.model_cycles(_MODELLED_HLO, ["fusion.1", "copy.5", "copy-done", "fusion.2", "absent"])
+    assert got == {"fusion.1": 600975}  # not the placeholder, not the bundle analysis's figure, not a missing op
+
+
 def test_zero_cycle_bytes_counts_result_and_operands():
     hlo = ("  %copy.2 = bf16[4,128]{1,0:T(8,128)} copy(bf16[4,128]{0,1} %p0), metadata={op_name=\"x\" f32[9]}\n"
            "  ROOT %fusion.3 = f32[2,8]{1,0} fusion(f32[2,8]{1,0} %a, s32[] %b), kind=kLoop\n"

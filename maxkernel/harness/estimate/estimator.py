@@ -33,7 +33,7 @@ from maxkernel.settings import get_settings
 __all__ = ["ProgramEstimate", "Estimate", "estimate", "estimate_program", "task_work", "roofline_floors",
            "TaskBaselineError", "METHOD", "LABEL", "METHOD_VERSION", "DEFAULT_PARALLEL_DIMS"]
 
-METHOD_VERSION = 4  # part of every cache key: bump when the method changes what it reports
+METHOD_VERSION = 5  # part of every cache key: bump when the method changes what it reports
 LABEL = "TPU estimate (libtpu static profile + roofline floor), not a measured time"
 METHOD = ("static LLO profile on a shrunk grid, extrapolated, floored by roofline: libtpu's estimated cycles for the "
           "program compiled deviceless at two or three sizes with parallel dimensions halved (blocks and reduction axes "
@@ -521,6 +521,9 @@ GLUE_FAILED = ("the XLA around the kernels (its sorts) could not be profiled at 
 # where the whole program at full size profiles 0.648 ms). Not the full size itself: the profiler's memory grows with
 # the work (42k whole, 0.55 TFLOP: 7.9 GB; 8p's GEMM whole, 3.85 TFLOP: past 24 GB).
 GROW = 4
+# How far XLA's cost model (classic) is from the static profile on the ops both price: benchmarks/model_vs_profile.py
+MODEL_AGREEMENT = ("How far that model is from the profile on the ops both price (conv and GEMM fusions kept in VMEM, "
+                   "v5e and v6e): benchmarks/results/model_vs_profile.md")
 GROWN = "profiled again at sizes planned for a budget"
 
 
@@ -757,24 +760,27 @@ def _fit(base: dict, lines: list[dict], task, chip, size: str, io_bytes: int) ->
         apart = set(p.get("sort_ops") or ()) if glue is not None else set()
         raw = point_cycles(p) - (_sort_cycles(p) if apart else 0)
         once = sum(int(c) for n, c in p["ops"].items() if n not in apart)
-        fill_bytes = sum(int(b) * max(int(trips.get(n, 1)), 1) for n, b in p["zero_cycle_bytes"].items()
-                         if n not in apart)
-        fill = fill_bytes / bw * clock
+        fill, modelled = _zero_cycle_fill(p, apart, clock, bw)
         loops = p.get("loops") or []
         unknown_loops += [f"{lp['name']} ({lp['why']})" for lp in loops if lp.get("trip_count") is None]
         rows.append({"dims": {d: p["dims"][d] for d in plan["shrunk_dims"]} or "full", "x": float(p["x"]),
                      "tiles": p.get("tiles"), "cycles": raw, "zero_cycle_ops": len(p["zero_cycle_bytes"]),
                      "zero_cycle_fill_cycles": round(fill), "compile_s": round(float(p["compile_s"]), 2),
+                     **({"zero_cycle_model_cycles": round(sum(modelled.values())), "zero_cycle_model_ops":
+                         sorted(modelled, key=lambda n: -modelled[n])} if modelled else {}),
                      **({"loop_trips": [lp.get("trip_count") for lp in loops], "cycles_once": once} if loops else {})})
     if any(r["zero_cycle_ops"] for r in rows):
         limits.append("ops priced at 0 cycles by the profiler were filled with their HBM bytes / bandwidth")
+    if any(r.get("zero_cycle_model_ops") for r in rows):
+        limits.append(_modelled_line(rows))
     if any(r.get("loop_trips") for r in rows):
         counts = sorted({t for r in rows for t in r.get("loop_trips", []) if t is not None})
         limits.append("ops inside while loops priced once per trip (trip counts read from the compiled program: "
                       + ", ".join(map(str, counts)) + " at the profiled sizes)")
     xs = [r["x"] for r in rows]
     ys = [r["cycles"] + r["zero_cycle_fill_cycles"] for r in rows]
-    raw_ys = [r["cycles"] for r in rows]
+    # XLA's cost model prices what it fills (a convolution's compute): counted as priced, unlike an HBM fill.
+    raw_ys = [r["cycles"] + r.get("zero_cycle_model_cycles", 0) for r in rows]
     a, b, residual = _line_fit(xs, ys)
     if residual is not None and residual > 0.03:
         limits.append(f"cycles are not linear in the work over the profiled sizes (largest residual {residual:.0%}): "
@@ -1015,6 +1021,36 @@ def _fit_split(base: dict, lines: list[dict], task, chip, size: str, io_bytes: i
         if unknown else [])
     out.uncertainty["extrapolation"] = reach
     return out
+
+
+def _zero_cycle_fill(point: dict, apart: set, clock: float, bw: float) -> tuple[float, dict[str, float]]:
+    """The cycles that fill the ops the profile priced at 0, once per loop trip: each op's HBM bytes / bandwidth,
+    or XLA's own cost model's cycles for it where those are more (a fusion whose DMA reaches HBM: the profiler
+    leaves out its compute, XLA's compiler priced it). Returns (fill, {op: cycles filled from the model})."""
+    trips = point.get("trips") or {}
+    by_bytes, model = point["zero_cycle_bytes"], point.get("zero_cycle_model") or {}
+    fill, modelled = 0.0, {}
+    for n in set(by_bytes) | set(model):
+        if n in apart:
+            continue
+        times = max(int(trips.get(n, 1)), 1)
+        hbm = int(by_bytes.get(n, 0)) / bw * clock
+        if int(model.get(n, 0)) > hbm:
+            modelled[n] = int(model[n]) * times
+        fill += max(hbm, int(model.get(n, 0))) * times
+    return fill, modelled
+
+
+def _modelled_line(rows: list[dict]) -> str:
+    """The limit naming the 0-cycle ops filled from XLA's cost model, at the largest profiled size."""
+    last = max((r for r in rows if r.get("zero_cycle_model_ops")), key=lambda r: r["x"])
+    total = last["cycles"] + last["zero_cycle_fill_cycles"]
+    names = last["zero_cycle_model_ops"]
+    return (f"{len(names)} op(s) the profiler priced at 0 cycles ({', '.join(names[:3])}"
+            f"{', ...' if len(names) > 3 else ''}: their DMA reaches HBM, and the profiler leaves such an op out) "
+            f"were filled with XLA's own cost model's cycles for them (the compiled program's estimated_cycles, "
+            f"classic model), above their HBM time: {last['zero_cycle_model_cycles'] / total:.0%} of the largest "
+            f"profiled size's cycles. {MODEL_AGREEMENT}")
 
 
 def _uncertainty(rows: list[dict], residual: float | None, estimated: float, cycles_ms: float, floor_ms: float) -> dict:

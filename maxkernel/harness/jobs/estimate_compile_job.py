@@ -63,14 +63,15 @@ def run(job: dict, scratch: Path) -> dict:
 
 def profiled_compile(text: str, device, dump: Path) -> dict:
     """Compile one lowering (StableHLO text) for `device` and read what libtpu's static profile says of it:
-    {ops: {HLO op: cycles}, zero_cycle_bytes, trips, loops, compile_s}."""
+    {ops: {HLO op: cycles}, zero_cycle_bytes, zero_cycle_model (XLA's cost model's cycles for 0-cycle ops), trips,
+    loops, compile_s}."""
     import numpy as np
     from jax._src import compiler
     from jax._src.interpreters import mlir
     from jax._src.lib import xla_client as xc
 
     from maxkernel.harness.estimate import hlo_loops
-    from maxkernel.harness.jobs.estimate_job import parse_profile, zero_cycle_bytes
+    from maxkernel.harness.jobs.estimate_job import model_cycles, parse_profile, zero_cycle_bytes
 
     for old in dump.glob("*"):
         old.unlink()
@@ -84,14 +85,16 @@ def profiled_compile(text: str, device, dump: Path) -> dict:
     profile = "\n".join(p.read_text(errors="replace") for p in sorted(dump.glob("*static_llo_profile*")))
     ops = parse_profile(profile)
     hlo = "\n".join(m.to_string() for m in exe.hlo_modules())
-    zero = zero_cycle_bytes(hlo, [n for n, c in ops.items() if c == 0])
+    unpriced = [n for n, c in ops.items() if c == 0]
+    zero = zero_cycle_bytes(hlo, unpriced)
     # The profile prices each op once; an op inside a while loop runs once per trip (hlo_loops).
     trips, loops = hlo_loops.op_trips(hlo)
     kernels = re.findall(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*custom_call_target=\"tpu_custom_call\"", hlo, re.M)
     sorts = re.findall(r"^\s*(?:ROOT\s+)?%([\w.\-]+) = (?:\(.*?\)|\S+) sort\(", hlo, re.M)
     outside = sorted((n for n, c in ops.items() if c > 0 and n not in kernels),
                      key=lambda n: -ops[n] * trips.get(n, 1))[:OUTSIDE_OPS]
-    return {"ops": ops, "zero_cycle_bytes": zero, "compile_s": compile_s, "profile_files": len(list(dump.glob("*"))),
+    return {"ops": ops, "zero_cycle_bytes": zero, "zero_cycle_model": model_cycles(hlo, unpriced),
+            "compile_s": compile_s, "profile_files": len(list(dump.glob("*"))),
             "kernel_ops": sorted(set(kernels) & set(ops)), "sort_ops": sorted(set(sorts) & set(ops)),
             "op_layouts": op_layouts(hlo, outside) if kernels else {},
             "trips": {n: t for n, t in trips.items() if n in ops},

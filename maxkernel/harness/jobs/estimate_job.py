@@ -19,7 +19,7 @@ from maxkernel.harness.estimate.facts import PLAN_PROGRESS_FILE as PROGRESS_FILE
 from maxkernel.harness.estimate.facts import libtpu_version, task_dims, task_params
 from maxkernel.harness.hints.vmem_footprint import walk_eqns as _walk
 
-__all__ = ["run", "PROGRESS_FILE", "LOWERED_DIR", "parse_profile", "zero_cycle_bytes", "pallas_facts", "block_traffic",
+__all__ = ["run", "PROGRESS_FILE", "LOWERED_DIR", "parse_profile", "zero_cycle_bytes", "model_cycles", "pallas_facts", "block_traffic",
            "plan", "linear", "task_dims", "libtpu_version"]
 
 NO_PALLAS = ("no pallas_call in the traced program: it is XLA's own program, not a Pallas kernel, so it is not "
@@ -94,6 +94,35 @@ def zero_cycle_bytes(hlo_text: str, names: list[str]) -> dict[str, int]:
         for i, arg in enumerate(args):
             total += min(size(arg), read[i]) if i in read else size(arg)
         out[name] = total
+    return out
+
+
+# The compiler's figures sit in the op's window_config (a later bundle_analysis_data carries its own, 0, estimate).
+_MODEL_CYCLES = re.compile(r'"window_config":\{[^{}]*?"estimated_cycles":"(\d+)"')
+_MODEL_KIND = re.compile(r'"window_config":\{[^{}]*?"cost_model_type":"COST_MODEL_TYPE_(\w+)"')
+MODELLED = ("CLASSIC",)  # the cost models whose estimated_cycles price the op (others carry a placeholder)
+
+
+def model_cycles(hlo_text: str, names: list[str]) -> dict[str, int]:
+    """XLA's own cost model's cycles for the named ops, where the compiled program carries them: {name: cycles}.
+
+    The static profile prices an op whose DMA reaches HBM at 0 cycles (its record says DMA_INSTRUCTION_TYPE_REMOTE
+    or LOCAL_AND_REMOTE); for a convolution fusion that writes its result to HBM that leaves out the whole
+    convolution (39k's baseline at batch 4: 0 cycles, where the same fusion kept in VMEM at batch 1 is priced).
+    XLA:TPU's compiler prices each fusion it emits with its own cost model and records the figure in the op's
+    backend_config (`estimated_cycles`, `cost_model_type`); only the classic model's figure is a price (copies
+    and slices carry placeholders such as 600 or 1000, under type INVALID), so only that is returned. The figures
+    come from the trusted process's compile of the lowering, never from the candidate.
+    """
+    out = {}
+    for name in names:
+        m = re.search(rf"^\s*(?:ROOT\s+)?%{re.escape(name)} = (.*)$", hlo_text, re.M)
+        if not m or "backend_config=" not in m.group(1):
+            continue
+        config = m.group(1).split("backend_config=", 1)[1]
+        cycles, kind = _MODEL_CYCLES.search(config), _MODEL_KIND.search(config)
+        if cycles and kind and kind.group(1) in MODELLED and int(cycles.group(1)) > 0:
+            out[name] = int(cycles.group(1))
     return out
 
 
