@@ -177,6 +177,36 @@ def test_an_xla_program_under_priced_at_small_sizes_is_profiled_again_larger(tmp
     assert small["estimated_ms"] == pytest.approx(raised["estimated_ms"], rel=0.01)
 
 
+CONV = """import jax, jax.numpy as jnp
+from jax import lax
+
+def f(x, w):
+    y = lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"),
+                                 preferred_element_type=jnp.float32)
+    return jnp.mean(jax.nn.gelu(y, approximate=False), axis=(2, 3)).astype(x.dtype)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_conv_fusion_the_profiler_prices_at_0_cycles_is_priced_by_xla_s_cost_model(tmp_path):
+    """39k's XLA program at 32 images, profiled whole: the conv + GELU fusion writes its 66 MB f32 result to HBM, and
+    libtpu's profile prices it at 0 cycles (465 cycles for the whole program). Filled with its bytes alone it read
+    0.08 ms, under its FLOP floor; XLA's own cost model prices it (4.7 M cycles, a C_in = 8 conv at a few per cent of
+    the MXU), and the estimate stands on that, saying so."""
+    (tmp_path / "c.py").write_text(CONV)
+    r = mk("estimate", "--program", f"{tmp_path / 'c.py'}:f", "--arg", "bf16[B=32,8,256,256]", "--arg",
+           "bf16[64,8,3,3]", "--parallel", "B", "--chip", "v5e", "--json",
+           env={"MAXKERNEL_ESTIMATE_MAX_GFLOP": "40", "MAXKERNEL_CACHE_DIR": str(tmp_path / "c")})
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    (point,) = doc["fit"]["points"]
+    assert point["cycles"] < 0.01 * point["zero_cycle_fill_cycles"]  # the profile itself sees almost nothing
+    assert point["zero_cycle_model_ops"] and point["zero_cycle_model_cycles"] > 0.9 * point["zero_cycle_fill_cycles"]
+    assert doc["under_priced"] is None and doc["static_cycles_ms"] > 10 * doc["floors"]["compute_ms"]
+    assert any("cost model" in x and point["zero_cycle_model_ops"][0] in x for x in doc["limits"]), doc["limits"]
+
+
 RELAYOUT = """import jax, jax.numpy as jnp
 from jax.experimental import pallas as pl
 
