@@ -149,7 +149,9 @@ def estimate(target: Target, program: str | None, args: tuple, inputs: str | Non
         if u:
             lines.append(f"uncertainty: extrapolated {u['extrapolation'] or 1:.3g}x from the largest profiled size; "
                          f"fit residual {u['fit_max_residual'] or 0:.1%}; 0-cycle fill "
-                         f"{u['zero_cycle_fill_share'] or 0:.0%} and loop trips {u['loop_trips_share'] or 0:.0%} of "
+                         f"{u['zero_cycle_fill_share'] or 0:.0%}"
+                         + (f" (XLA's cost model {u['cost_model_share']:.0%})" if u.get("cost_model_share") else "")
+                         + f" and loop trips {u['loop_trips_share'] or 0:.0%} of "
                          f"its cycles; decided by the {u['decided_by']}")
         lines += [f"limit: {x}" for x in r.limits]
     emit(as_json, r.model_dump(exclude={"kernel", "baseline"}) | {"programs": {

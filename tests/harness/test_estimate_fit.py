@@ -124,6 +124,9 @@ def test_a_zero_cycle_fusion_xla_priced_is_filled_with_xla_s_cost_model_not_its_
     line = next(x for x in e.limits if "cost model" in x)
     assert "fusion.1" in line and "copy.5" not in line, line
     assert e.fit["points"][-1]["zero_cycle_model_ops"] == ["fusion.1"]
+    last = e.fit["points"][-1]
+    assert e.uncertainty["cost_model_share"] == pytest.approx(
+        last["zero_cycle_model_cycles"] / (last["cycles"] + last["zero_cycle_fill_cycles"]))
     # Without the model's figures the same profile is under its FLOP floor: the fill is what prices the work.
     bare = _fit(BASE, lines(pts), load_task("8p_GEMM"), V5E, "full", IO)
     assert bare.under_priced and not any("cost model" in x for x in bare.limits)

@@ -184,8 +184,9 @@ class ProgramEstimate(BaseModel):
     under_priced: str | None = Field(None, description="Why the static profile prices less than the task's work "
                                      "physically needs (a finding: the estimate then is the floor, not the profile).")
     uncertainty: dict = Field(default_factory=dict, description="What the error depends on: extrapolation (full size "
-                              "over the largest profiled), fit_max_residual, zero_cycle_fill_share, loop_trips_share "
-                              "(of the largest profile's cycles), decided_by (static profile or roofline floor).")
+                              "over the largest profiled), fit_max_residual, zero_cycle_fill_share (of which cost_model_share: XLA's "
+                              "cost model's price of 0-cycle fusions), loop_trips_share (of the largest profile's "
+                              "cycles), decided_by (static profile or roofline floor).")
     libtpu_flags: list[str] = Field(default_factory=list)
     libtpu: str | None = None
     error: str | None = None
@@ -1063,6 +1064,8 @@ def _uncertainty(rows: list[dict], residual: float | None, estimated: float, cyc
     return {"extrapolation": 1.0 / last["x"] if last["x"] else None,
             "fit_max_residual": residual,
             "zero_cycle_fill_share": last["zero_cycle_fill_cycles"] / total if total else None,
+            # the part of that fill XLA's cost model priced (a 0-cycle fusion's compute), not its bytes
+            "cost_model_share": last.get("zero_cycle_model_cycles", 0) / total if total else None,
             "loop_trips_share": (last["cycles"] - once) / total if once is not None and total else None,
             "decided_by": "static profile" if cycles_ms >= floor_ms else "roofline floor"}
 
