@@ -7,7 +7,8 @@ model's cycles (its `estimated_cycles` under the classic model, in the compiled 
 those exceed its HBM time. This measures how far that model is from the profile on the ops both price: for each
 case (a baseline at a small size, compiled for the chip's compile-only topology, one process per case), every op
 with a classic-model figure, its profile cycles, its DMA type, and the ratio model / profile. Writes OUT.json and
-OUT.md. Both figures are libtpu's estimates, not measured TPU times.
+OUT.md, after each case; a run stopped early is resumed (the cases in OUT.json are kept, not redone). Both figures
+are libtpu's estimates, not measured TPU times.
 """
 
 from __future__ import annotations
@@ -88,23 +89,29 @@ def main() -> int:
     if args.one:
         print(json.dumps(one(args.one[0], json.loads(args.one[1]), args.one[2])))
         return 0
-    results = []
+    out = Path(args.out)
+    done = out.with_suffix(".json")
+    results = json.loads(done.read_text()) if done.is_file() else []  # resumable: a case measured is not redone
     for chip in args.chip or ["v5e", "v6e"]:
         for task, over in CASES:
+            if any(r["task"] == task and r["dims"] == over and r["chip"] == chip for r in results):
+                continue
             with tempfile.TemporaryDirectory() as dump:
                 env = {**os.environ, "MK_PROFILE_DUMP": dump,
                        "LIBTPU_INIT_ARGS": f"--xla_jf_dump_static_llo_profile_to={dump}"}
                 run = subprocess.run([sys.executable, __file__, "--one", task, json.dumps(over), chip],
                                      capture_output=True, text=True, env=env, timeout=900)
             if run.returncode != 0:
-                print(f"{task} {over} {chip}: failed: {run.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+                errs = [ln for ln in run.stderr.splitlines() if "Error" in ln or "error:" in ln or "Killed" in ln]
+                print(f"{task} {over} {chip}: failed (exit {run.returncode}): {(errs or ['no error line'])[-1][:300]}",
+                      file=sys.stderr)
                 continue
             results.append(json.loads(run.stdout.strip().splitlines()[-1]))
             r = results[-1]
             print(f"{chip} {task} {over}: {r['profile_cycles']:,} profile cycles, compile {r['compile_s']} s",
                   file=sys.stderr)
-            _write(results, Path(args.out))  # after each case: a long run stopped early keeps what it measured
-    _write(results, Path(args.out))
+            _write(results, out)  # after each case: a long run stopped early keeps what it measured
+    _write(results, out)
     return 0
 
 
