@@ -102,9 +102,11 @@ def main() -> int:
                 run = subprocess.run([sys.executable, __file__, "--one", task, json.dumps(over), chip],
                                      capture_output=True, text=True, env=env, timeout=900)
             if run.returncode != 0:
-                errs = [ln for ln in run.stderr.splitlines() if "Error" in ln or "error:" in ln or "Killed" in ln]
-                print(f"{task} {over} {chip}: failed (exit {run.returncode}): {(errs or ['no error line'])[-1][:300]}",
-                      file=sys.stderr)
+                errs = [ln for ln in run.stderr.splitlines() if ln.startswith(("Traceback", "RuntimeError", "ValueError",
+                                                                              "jax", "Error", "MemoryError"))]
+                why = (f"killed by signal {-run.returncode} (9: most likely out of memory)" if run.returncode < 0
+                       else (errs or ["no error line"])[-1][:300])
+                print(f"{task} {over} {chip}: failed: {why}", file=sys.stderr)
                 continue
             results.append(json.loads(run.stdout.strip().splitlines()[-1]))
             r = results[-1]
