@@ -213,6 +213,36 @@ def test_a_conv_fusion_the_profiler_prices_at_0_cycles_is_priced_by_xla_s_cost_m
     assert f"(XLA's cost model {doc['uncertainty']['cost_model_share']:.0%})" in line, line
 
 
+CONV_T = """import jax, jax.numpy as jnp
+from jax import lax
+
+def f(x, w, b):
+    y = lax.conv_general_dilated(x, jnp.flip(w, (2, 3, 4)), (1, 1, 1), [(2, 2)] * 3, lhs_dilation=(2, 2, 2),
+                                 dimension_numbers=("NCDHW", "IODHW", "NCDHW"), preferred_element_type=jnp.float32)
+    y = y + b.astype(jnp.float32)[:, None, None, None]
+    y = (y - jnp.mean(y, axis=-1, keepdims=True)) * lax.rsqrt(jnp.var(y, axis=-1, keepdims=True) + 1e-5)
+    return y.astype(x.dtype)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_shrunk_size_xla_does_not_compile_is_stepped_over(tmp_path):
+    """28k's transposed conv + LayerNorm over W: XLA:TPU fails after layout assignment at one image ("Expected
+    instruction to have shape equal to f32[4,4,64], actual shape is f32[64,4,4]") and compiles two and more. At a
+    0.1 GFLOP budget the sizes are 1, 2 and 4 images; the program is then planned for a budget 4 times larger, 4 and
+    8 images, and priced, saying so (before: could not estimate, stage compile)."""
+    (tmp_path / "t.py").write_text(CONV_T)
+    r = mk("estimate", "--program", f"{tmp_path / 't.py'}:f", "--arg", "bf16[B=8,8,2,2,32]", "--arg",
+           "bf16[8,64,4,4,4]", "--arg", "bf16[64]", "--parallel", "B", "--chip", "v5e", "--json",
+           env={"MAXKERNEL_ESTIMATE_MAX_GFLOP": "0.1", "MAXKERNEL_CACHE_DIR": str(tmp_path / "c")})
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["ok"], doc.get("error") or r.stderr
+    assert sorted(p["dims"]["B"] for p in doc["fit"]["points"]) == [4, 8]  # at 0.1 GFLOP: 1, 2 and 4
+    said = [x for x in doc["limits"] if "did not compile the program at the shrunk size" in x]
+    assert said and "'B': 1" in said[0] and "4 times larger" in said[0], doc["limits"]
+
+
 RELAYOUT = """import jax, jax.numpy as jnp
 from jax.experimental import pallas as pl
 

@@ -424,11 +424,12 @@ MEMORY_RETRIED = "planned again for a profiling budget"
 
 
 def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str], shrink: int = 1,
-             below: list | None = None) -> ProgramEstimate:
+             below: list | None = None, avoid: dict | None = None) -> ProgramEstimate:
     """Two sandboxed jobs: the candidate's process plans the sizes and lowers the program at each (estimate_job);
     a process that never imports candidate code compiles those lowerings with libtpu and reads the profile
     (estimate_compile_job). Only the plan comes from the first; every cycle from the second. `shrink` divides the
-    profiling budget; `below`, the sizes of a plan that ran out of memory: the same plan is not profiled again."""
+    profiling budget; `below`, the sizes of a plan that ran out of memory: the same plan is not profiled again;
+    `avoid`, a size XLA:TPU did not compile: a plan that reaches it again is not profiled."""
     settings = get_settings()
     program = "kernel" if kernel else "baseline"
     spec, task_files = task.for_job()
@@ -456,6 +457,8 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str], shri
         return ProgramEstimate(**base, stage="sandbox", error="the planning job wrote no plan or lost a lowering")
     if below is not None and _sizes(points) == below:
         return ProgramEstimate(**base, stage="plan", error=f"the sizes go no lower than {below[0]}")
+    if avoid is not None and avoid in _sizes(points):
+        return ProgramEstimate(**base, stage="plan", error=f"the larger budget's sizes still include {avoid}")
     trusted = {"kind": "estimate_compile", "chip": chip.name, "libtpu_flags": flags,
                "points": [{**pt, "file": f"lowered_{i}.mlir"} for i, pt in enumerate(points)]}
     texts = {f"lowered_{i}.mlir": planned["lowered"][pt["file"]] for i, pt in enumerate(points)}
@@ -470,6 +473,10 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str], shri
     else:  # or the planning job could not lower it apart (a pallas_call inside a loop)
         glue_failed = next((str(ln["glue_skipped"]) for ln in planned["lines"] if "glue_skipped" in ln), None)
     whole = head[0]["plan"].get("whole")
+    at = started[-1] if started and isinstance(started[-1], dict) else None
+    if (failed and failed.stage == "compile" and not done and shrink >= 1 and at and at != head[0]["plan"]["full_dims"]
+            and (kernel is None or head[0]["plan"].get("plain_jax"))):
+        return _above(task, kernel, chip, size, tunables, timeout, flags, failed, at)
     if failed and whole:  # profiled whole because nothing shrinks it: what would let it shrink is the way out
         failed.error = f"{failed.error} (profiled whole at full size: {whole})"
         failed.hint = WHOLE_HINT
@@ -546,6 +553,8 @@ def _grows(out: ProgramEstimate) -> bool:
 def _larger(task, kernel, chip, size, tunables, timeout, first: ProgramEstimate) -> ProgramEstimate:
     """`first`, under-priced, profiled again at sizes GROW times larger: that estimate, saying why (still under-priced
     where the larger sizes also fall short), or `first` with why the larger sizes could not be profiled."""
+    if any(x.startswith(COMPILE_RETRIED) for x in first.limits):  # already planned for a budget GROW times larger
+        return first
     sizes = [p.get("dims") for p in first.fit.get("points") or []]
     why = (first.under_priced.split(". Likely cause")[0] if first.under_priced else
            f"its static profile ({first.static_cycles_ms:.3g} ms) is below the task's FLOP floor "
@@ -584,6 +593,26 @@ def _smaller(task, kernel, chip, size, tunables, timeout, flags, failed: Program
                             "sizes are further from the full size")
         return again
     failed.error = f"{failed.error}; {MEMORY_RETRIED} {MEMORY_SHRINK} times smaller: {again.error}"
+    return failed
+
+
+# XLA:TPU refuses to compile some programs at a shrunk size it compiles at full size (28k's transposed conv with a
+# LayerNorm at one image: "Expected instruction to have shape equal to f32[32,64,64], actual shape is f32[64,32,64]"
+# after layout assignment; two images and more compile). An XLA program whose smallest size fails so is planned again
+# for a budget GROW times larger, whose sizes start above it; a kernel's compile failure is the kernel's to fix.
+COMPILE_RETRIED = "XLA:TPU did not compile the program at"
+
+
+def _above(task, kernel, chip, size, tunables, timeout, flags, failed: ProgramEstimate, at: dict) -> ProgramEstimate:
+    """An XLA program whose smallest planned size `at` did not compile, profiled at sizes planned for a budget GROW
+    times larger (none of them `at`): priced, and said so, or the compile failure stands with what the second plan
+    met."""
+    again = _profile(task, kernel, chip, size, tunables, timeout, flags, shrink=1 / GROW, avoid=at)
+    if again.ok:
+        again.limits.append(f"{COMPILE_RETRIED} the shrunk size {at} ({(failed.error or '')[:160]}): "
+                            f"{GROWN} {GROW} times larger, none of them that size")
+        return again
+    failed.error = f"{failed.error} (at the shrunk size {at}); {GROWN} {GROW} times larger: {again.error}"
     return failed
 
 
