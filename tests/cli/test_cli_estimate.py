@@ -205,6 +205,7 @@ def test_a_conv_fusion_the_profiler_prices_at_0_cycles_is_priced_by_xla_s_cost_m
     assert point["zero_cycle_model_ops"] and point["zero_cycle_model_cycles"] > 0.9 * point["zero_cycle_fill_cycles"]
     assert doc["under_priced"] is None and doc["static_cycles_ms"] > 10 * doc["floors"]["compute_ms"]
     assert any("cost model" in x and point["zero_cycle_model_ops"][0] in x for x in doc["limits"]), doc["limits"]
+    assert point["zero_cycle_model_dma"] == ["REMOTE"]  # read from libtpu's profile of that op
     # The text report (a cache hit) says the model's share in its uncertainty line.
     text = mk("estimate", "--program", f"{tmp_path / 'c.py'}:f", "--arg", "bf16[B=32,8,256,256]", "--arg",
               "bf16[64,8,3,3]", "--parallel", "B", "--chip", "v5e",

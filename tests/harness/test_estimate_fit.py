@@ -116,6 +116,7 @@ def test_a_zero_cycle_fusion_xla_priced_is_filled_with_xla_s_cost_model_not_its_
     ls = lines(pts)
     for ln in ls[1:]:
         ln["point"]["zero_cycle_model"] = {"fusion.1": int(conv * ln["point"]["x"]), "copy.5": 10}
+        ln["point"]["zero_cycle_dma"] = {"fusion.1": "REMOTE", "copy.5": "LOCAL"}
     e = _fit(BASE, ls, load_task("8p_GEMM"), V5E, "full", IO)
     by_copy = copy / V5E.device_hbm_bytes_per_s * V5E.clock
     assert e.fit["cycles_full"] == pytest.approx(1e6 + conv + by_copy, rel=1e-3)
@@ -123,10 +124,16 @@ def test_a_zero_cycle_fusion_xla_priced_is_filled_with_xla_s_cost_model_not_its_
     assert e.under_priced is None, e.under_priced
     line = next(x for x in e.limits if "cost model" in x)
     assert "fusion.1" in line and "copy.5" not in line, line
+    assert "DMA reaches HBM (REMOTE)" in line, line  # what the profile says of the op filled, read from it
     assert e.fit["points"][-1]["zero_cycle_model_ops"] == ["fusion.1"]
     last = e.fit["points"][-1]
     assert e.uncertainty["cost_model_share"] == pytest.approx(
         last["zero_cycle_model_cycles"] / (last["cycles"] + last["zero_cycle_fill_cycles"]))
+    # Where the profile names another DMA type for the op (or none), the line says that, not that it reaches HBM.
+    for ln in ls[1:]:
+        ln["point"]["zero_cycle_dma"] = {"fusion.1": "LOCAL"}
+    local = next(x for x in _fit(BASE, ls, load_task("8p_GEMM"), V5E, "full", IO).limits if "cost model" in x)
+    assert "reaches HBM" not in local and "DMA type for them: LOCAL" in local, local
     # Without the model's figures the same profile is under its FLOP floor: the fill is what prices the work.
     bare = _fit(BASE, lines(pts), load_task("8p_GEMM"), V5E, "full", IO)
     assert bare.under_priced and not any("cost model" in x for x in bare.limits)

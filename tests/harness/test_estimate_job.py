@@ -39,6 +39,17 @@ def test_model_cycles_reads_only_the_classic_model_s_price():
     assert got == {"fusion.1": 600975}  # not the placeholder, not the bundle analysis's figure, not a missing op
 
 
+def test_parse_dma_reads_each_op_s_own_dma_type():
+    """The profile's entries as libtpu 0.0.42.1 writes them (one per op, read together): an entry without a DMA type
+    names none, and never borrows the next entry's."""
+    text = ('hlo_op_estimate {\n  hlo_op_name: "fusion.3"\n  estimated_cycles: 0\n  num_equivalent_hlos: 1\n'
+            '  dma_instruction_type: DMA_INSTRUCTION_TYPE_REMOTE\n  scalar_inputs: 0\n}\n'
+            'hlo_op_estimate {\n  hlo_op_name: "copy.1"\n  estimated_cycles: 21074\n}\n'
+            'hlo_op_estimate {\n  hlo_op_name: "fusion.7"\n  estimated_cycles: 0\n'
+            '  dma_instruction_type: DMA_INSTRUCTION_TYPE_LOCAL_AND_REMOTE\n}\n')
+    assert ej.parse_dma(text) == {"fusion.3": "REMOTE", "fusion.7": "LOCAL_AND_REMOTE"}
+
+
 def test_zero_cycle_bytes_counts_result_and_operands():
     hlo = ("  %copy.2 = bf16[4,128]{1,0:T(8,128)} copy(bf16[4,128]{0,1} %p0), metadata={op_name=\"x\" f32[9]}\n"
            "  ROOT %fusion.3 = f32[2,8]{1,0} fusion(f32[2,8]{1,0} %a, s32[] %b), kind=kLoop\n"

@@ -63,15 +63,15 @@ def run(job: dict, scratch: Path) -> dict:
 
 def profiled_compile(text: str, device, dump: Path) -> dict:
     """Compile one lowering (StableHLO text) for `device` and read what libtpu's static profile says of it:
-    {ops: {HLO op: cycles}, zero_cycle_bytes, zero_cycle_model (XLA's cost model's cycles for 0-cycle ops), trips,
-    loops, compile_s}."""
+    {ops: {HLO op: cycles}, zero_cycle_bytes, zero_cycle_model (XLA's cost model's cycles for 0-cycle ops),
+    zero_cycle_dma (their DMA types, as the profile names them), trips, loops, compile_s}."""
     import numpy as np
     from jax._src import compiler
     from jax._src.interpreters import mlir
     from jax._src.lib import xla_client as xc
 
     from maxkernel.harness.estimate import hlo_loops
-    from maxkernel.harness.jobs.estimate_job import model_cycles, parse_profile, zero_cycle_bytes
+    from maxkernel.harness.jobs.estimate_job import model_cycles, parse_dma, parse_profile, zero_cycle_bytes
 
     for old in dump.glob("*"):
         old.unlink()
@@ -93,7 +93,9 @@ def profiled_compile(text: str, device, dump: Path) -> dict:
     sorts = re.findall(r"^\s*(?:ROOT\s+)?%([\w.\-]+) = (?:\(.*?\)|\S+) sort\(", hlo, re.M)
     outside = sorted((n for n, c in ops.items() if c > 0 and n not in kernels),
                      key=lambda n: -ops[n] * trips.get(n, 1))[:OUTSIDE_OPS]
+    dma = parse_dma(profile)
     return {"ops": ops, "zero_cycle_bytes": zero, "zero_cycle_model": model_cycles(hlo, unpriced),
+            "zero_cycle_dma": {n: dma[n] for n in unpriced if n in dma},
             "compile_s": compile_s, "profile_files": len(list(dump.glob("*"))),
             "kernel_ops": sorted(set(kernels) & set(ops)), "sort_ops": sorted(set(sorts) & set(ops)),
             "op_layouts": op_layouts(hlo, outside) if kernels else {},

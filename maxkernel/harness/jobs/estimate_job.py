@@ -53,6 +53,22 @@ def parse_profile(text: str) -> dict[str, int]:
     return out
 
 
+_ESTIMATE_BLOCK = re.compile(r"hlo_op_estimate\s*\{([^}]*)\}")
+_OP_NAME = re.compile(r'hlo_op_name:\s*"([^"]+)"')
+_DMA_TYPE = re.compile(r"dma_instruction_type:\s*(?:DMA_INSTRUCTION_TYPE_)?(\w+)")
+
+
+def parse_dma(text: str) -> dict[str, str]:
+    """{HLO op name: its DMA type (LOCAL, REMOTE, LOCAL_AND_REMOTE, ...)} from the static LLO profile textproto(s),
+    for the ops whose entry names one. REMOTE reaches HBM; the profiler prices an op whose DMA does at 0 cycles."""
+    out: dict[str, str] = {}
+    for block in _ESTIMATE_BLOCK.findall(text):
+        name, kind = _OP_NAME.search(block), _DMA_TYPE.search(block)
+        if name and kind:
+            out[name.group(1)] = kind.group(1)
+    return out
+
+
 def zero_cycle_bytes(hlo_text: str, names: list[str]) -> dict[str, int]:
     """HBM bytes of each named op: its result plus its operands.
 
