@@ -175,7 +175,9 @@ class ProgramEstimate(BaseModel):
     own_floor_ms: float | None = Field(None, description="This program's own floor: the task's FLOPs at peak, or the "
                                        "HBM bytes its BlockSpecs and grid fetch (re-reads included) at full "
                                        "bandwidth, whichever is slower. The estimate is never below it.")
-    static_cycles_ms: float | None = Field(None, description="The fitted static profile at full size, before floors.")
+    static_cycles_ms: float | None = Field(None, description="The fitted static profile at full size, before floors: "
+                                           "libtpu's cycles plus XLA's cost-model cycles for the ops the profile "
+                                           "priced at 0, not their HBM fill.")
     fraction_of_roofline: float | None = Field(None, description="roofline_ms / estimated_ms: the share of the task's "
                                                "floor (not of the program's own floor) the estimate reaches.")
     fit: dict = Field(default_factory=dict, description="Shrunk shapes, their cycles, the line fitted through them.")

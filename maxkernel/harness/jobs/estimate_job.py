@@ -19,8 +19,8 @@ from maxkernel.harness.estimate.facts import PLAN_PROGRESS_FILE as PROGRESS_FILE
 from maxkernel.harness.estimate.facts import libtpu_version, task_dims, task_params
 from maxkernel.harness.hints.vmem_footprint import walk_eqns as _walk
 
-__all__ = ["run", "PROGRESS_FILE", "LOWERED_DIR", "parse_profile", "zero_cycle_bytes", "model_cycles", "pallas_facts", "block_traffic",
-           "plan", "linear", "task_dims", "libtpu_version"]
+__all__ = ["run", "PROGRESS_FILE", "LOWERED_DIR", "parse_profile", "parse_dma", "zero_cycle_bytes", "model_cycles",
+           "pallas_facts", "block_traffic", "plan", "linear", "task_dims", "libtpu_version"]
 
 NO_PALLAS = ("no pallas_call in the traced program: it is XLA's own program, not a Pallas kernel, so it is not "
              "estimated as one (the task's baseline is XLA's program, estimated beside it)")
