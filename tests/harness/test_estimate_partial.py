@@ -121,6 +121,34 @@ def test_out_of_memory_at_the_smallest_size_is_planned_again_smaller_and_priced(
     assert again.estimated_ms == pytest.approx(whole.estimated_ms, rel=0.1)
 
 
+@pytest.mark.timeout(900)
+def test_out_of_memory_again_at_the_smaller_plan_is_planned_smaller_once_more(recorded, monkeypatch):
+    """rw_gated_deltanet_chunk's XLA baseline on v5e ran the profiler out of memory at its first plan and again at the
+    plan 8 times smaller (one sequence, 16 of 32 heads). The replay crashes both (the second plan's sizes lower than
+    the first's); the third plan, 64 times smaller, is profiled for real and priced, saying both."""
+    task, chip, whole, calls = recorded
+    plan, profile = calls
+    starting = [ln for ln in profile["lines"] if "starting" in ln]
+    crash = {**profile, "status": "crashed", "result": {}, "stderr": _OOM, "lines": starting[:1]}
+    lower = {**plan, "lines": [{"lowered": {**ln["lowered"], "dims": {k: (v // 2 if isinstance(v, int) else v)
+                                                                      for k, v in ln["lowered"]["dims"].items()}}}
+                               if "lowered" in ln else ln for ln in plan["lines"]]}
+    replies = iter([plan, crash, lower, crash])
+    jobs = []
+    real = est._run
+
+    def run(job, *args, **kwargs):
+        jobs.append(job)
+        return next(replies, None) or real(job, *args, **kwargs)
+
+    monkeypatch.setattr(est, "_run", run)
+    again = est._profile(task, None, chip, "full", None, None, [])
+    assert again.ok, again.error
+    said = next(ln for ln in again.limits if ln.startswith(est.MEMORY_RETRIED))
+    assert f"{est.MEMORY_SHRINK ** 2} times smaller after" in said and f"{est.MEMORY_SHRINK} times smaller:" in said
+    assert jobs[4]["budget"]["flops"] == pytest.approx(jobs[0]["budget"]["flops"] / est.MEMORY_SHRINK ** 2)
+
+
 def test_out_of_memory_stands_when_the_sizes_go_no_lower(recorded, monkeypatch):
     task, chip, _, calls = recorded
     plan, profile = calls
