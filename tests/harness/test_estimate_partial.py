@@ -161,6 +161,27 @@ def test_out_of_memory_stands_when_the_sizes_go_no_lower(recorded, monkeypatch):
     assert est.MEMORY_RETRIED in part.error and "go no lower" in part.error
 
 
+def test_a_smaller_plan_that_falls_back_to_the_whole_program_is_not_profiled(recorded, monkeypatch):
+    """rw_gated_deltanet_chunk on v5e: the plan 64 times smaller could not reach its budget (its heads shrink no
+    further) and fell back to profiling the whole program at full size, which ran out of memory after minutes. A
+    plan made because smaller sizes ran out of memory stops there instead, saying why."""
+    task, chip, _, calls = recorded
+    plan, profile = calls
+    starting = [ln for ln in profile["lines"] if "starting" in ln]
+    crash = {**profile, "status": "crashed", "result": {}, "stderr": _OOM, "lines": starting[:1]}
+    full = next(ln["plan"]["full_dims"] for ln in plan["lines"] if "plan" in ln)
+    why = "cannot shrink the program below the profiling budget: P4: already 1"
+    whole = {**plan, "lines": [{"plan": {**ln["plan"], "whole": why}} if "plan" in ln else
+                               {"lowered": {**ln["lowered"], "dims": full, "x": 1.0}} if "lowered" in ln else ln
+                               for ln in plan["lines"]]}
+    replies = iter([plan, crash, whole, crash])
+    jobs = []
+    monkeypatch.setattr(est, "_run", lambda job, *a, **k: jobs.append(job) or next(replies))
+    part = est._profile(task, None, chip, "full", None, None, [])
+    assert not part.ok and part.stage == "memory" and "go no lower" in part.error and "already 1" in part.error
+    assert len(jobs) == 3  # the whole program's plan was made, never profiled
+
+
 def test_the_glue_that_cannot_be_profiled_leaves_the_estimate_standing_and_says_so(recorded, monkeypatch):
     """The program around a kernel's pallas_calls, profiled at full size for its sorts, is an extra: its profile out
     of memory (the indexer's prefill sort of 16384 x 16384 on v5e), or a glue the planning job could not lower apart,

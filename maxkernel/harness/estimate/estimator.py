@@ -462,6 +462,9 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str], shri
         return ProgramEstimate(**base, stage="sandbox", error="the planning job wrote no plan or lost a lowering")
     if below is not None and _sizes(points) == below:
         return ProgramEstimate(**base, stage="plan", error=f"the sizes go no lower than {below[0]}")
+    if below is not None and head[0]["plan"].get("whole"):  # the whole program, where smaller sizes ran out of memory
+        return ProgramEstimate(**base, stage="plan", error=f"the sizes go no lower than {below[0]}: "
+                                                           f"{head[0]['plan']['whole']}")
     if avoid is not None and avoid in _sizes(points):
         return ProgramEstimate(**base, stage="plan", error=f"the larger budget's sizes still include {avoid}")
     trusted = {"kind": "estimate_compile", "chip": chip.name, "libtpu_flags": flags,
