@@ -50,6 +50,18 @@ def _replay(monkeypatch, calls, keep: int, status: str):
     return len(points)
 
 
+def _replay_then_real(monkeypatch, replies: list) -> list:
+    """_run answers with `replies`, then runs the real jobs; returns the jobs it was given, in order."""
+    jobs, left, real = [], iter(replies), est._run
+
+    def run(job, *args, **kwargs):
+        jobs.append(job)
+        return next(left, None) or real(job, *args, **kwargs)
+
+    monkeypatch.setattr(est, "_run", run)
+    return jobs
+
+
 @pytest.mark.parametrize("status, stage", [("crashed", "memory"), ("timeout", "timeout")])
 def test_a_larger_size_out_of_memory_or_time_leaves_a_fit_on_the_smaller_ones(recorded, monkeypatch, status, stage):
     task, chip, whole, calls = recorded
@@ -101,15 +113,7 @@ def test_out_of_memory_at_the_smallest_size_is_planned_again_smaller_and_priced(
     plan, profile = calls
     starting = [ln for ln in profile["lines"] if "starting" in ln]
     crash = {**profile, "status": "crashed", "result": {}, "stderr": _OOM, "lines": starting[:1]}
-    replies = iter([plan, crash])
-    jobs = []
-    real = est._run
-
-    def run(job, *args, **kwargs):
-        jobs.append(job)
-        return next(replies, None) or real(job, *args, **kwargs)
-
-    monkeypatch.setattr(est, "_run", run)
+    jobs = _replay_then_real(monkeypatch, [plan, crash])
     again = est._profile(task, None, chip, "full", None, None, [])
     assert again.ok, again.error
     said = [ln for ln in again.limits if ln.startswith(est.MEMORY_RETRIED)]
@@ -133,15 +137,7 @@ def test_out_of_memory_again_at_the_smaller_plan_is_planned_smaller_once_more(re
     lower = {**plan, "lines": [{"lowered": {**ln["lowered"], "dims": {k: (v // 2 if isinstance(v, int) else v)
                                                                       for k, v in ln["lowered"]["dims"].items()}}}
                                if "lowered" in ln else ln for ln in plan["lines"]]}
-    replies = iter([plan, crash, lower, crash])
-    jobs = []
-    real = est._run
-
-    def run(job, *args, **kwargs):
-        jobs.append(job)
-        return next(replies, None) or real(job, *args, **kwargs)
-
-    monkeypatch.setattr(est, "_run", run)
+    jobs = _replay_then_real(monkeypatch, [plan, crash, lower, crash])
     again = est._profile(task, None, chip, "full", None, None, [])
     assert again.ok, again.error
     said = next(ln for ln in again.limits if ln.startswith(est.MEMORY_RETRIED))
