@@ -234,3 +234,26 @@ def test_larger_sizes_out_of_time_leave_the_first_estimate_uncached(recorded, mo
     assert out.ok and out.estimated_ms == whole.estimated_ms and out.partial_stage == "timeout"
     assert any(ln.startswith(f"{est.GROWN} {est.GROW} times larger, which failed") and "did not finish" in ln
                for ln in out.limits)
+
+
+def test_a_compile_failure_inside_a_memory_replan_grows_from_that_plans_budget(recorded, monkeypatch):
+    """The first plan runs out of memory, the plan 8 times smaller reaches a shrunk size XLA:TPU does not compile (as
+    28k's one image). The sizes above it are planned for a budget GROW times that plan's (2 times smaller than the
+    first), not GROW times the first's, which already ran out of memory; and that plan is not grown once more."""
+    task, chip, _, calls = recorded
+    plan, profile = calls
+    starting = [ln for ln in profile["lines"] if "starting" in ln]
+    crash = {**profile, "status": "crashed", "result": {}, "stderr": _OOM, "lines": starting[:1]}
+    lower = {**plan, "lines": [{"lowered": {**ln["lowered"], "dims": {k: (v // 2 if isinstance(v, int) else v)
+                                                                      for k, v in ln["lowered"]["dims"].items()}}}
+                               if "lowered" in ln else ln for ln in plan["lines"]]}
+    at = next(ln["lowered"]["dims"] for ln in lower["lines"] if "lowered" in ln)
+    refused = {**profile, "status": "ok", "stderr": "", "lines": [{"starting": at}],
+               "result": {"status": "error", "stage": "compile", "error": "Expected instruction to have shape"}}
+    replies = iter([plan, crash, lower, refused, lower])  # the grown plan reaches `at` again: not profiled
+    jobs = []
+    monkeypatch.setattr(est, "_run", lambda job, *a, **k: jobs.append(job) or next(replies))
+    part = est._profile(task, None, chip, "full", None, None, [])
+    assert not part.ok and part.stage == "memory" and len(jobs) == 5
+    assert jobs[4]["budget"]["flops"] == pytest.approx(jobs[0]["budget"]["flops"] * est.GROW / est.MEMORY_SHRINK)
+    assert "still include" in part.error and est.MEMORY_RETRIED in part.error

@@ -482,9 +482,9 @@ def _profile(task, kernel, chip, size, tunables, timeout, flags: list[str], shri
         glue_failed = next((str(ln["glue_skipped"]) for ln in planned["lines"] if "glue_skipped" in ln), None)
     whole = head[0]["plan"].get("whole")
     at = started[-1] if started and isinstance(started[-1], dict) else None
-    if (failed and failed.stage == "compile" and not done and shrink >= 1 and at and at != head[0]["plan"]["full_dims"]
-            and (kernel is None or head[0]["plan"].get("plain_jax"))):
-        return _above(task, kernel, chip, size, tunables, timeout, flags, failed, at)
+    if (failed and failed.stage == "compile" and not done and shrink >= 1 and avoid is None and at
+            and at != head[0]["plan"]["full_dims"] and (kernel is None or head[0]["plan"].get("plain_jax"))):
+        return _above(task, kernel, chip, size, tunables, timeout, flags, failed, at, shrink)
     if failed and whole:  # profiled whole because nothing shrinks it: what would let it shrink is the way out
         failed.error = f"{failed.error} (profiled whole at full size: {whole})"
         failed.hint = WHOLE_HINT
@@ -621,11 +621,13 @@ def _smaller(task, kernel, chip, size, tunables, timeout, flags, failed: Program
 COMPILE_RETRIED = "XLA:TPU did not compile the program at"
 
 
-def _above(task, kernel, chip, size, tunables, timeout, flags, failed: ProgramEstimate, at: dict) -> ProgramEstimate:
+def _above(task, kernel, chip, size, tunables, timeout, flags, failed: ProgramEstimate, at: dict,
+           shrink: float = 1) -> ProgramEstimate:
     """An XLA program whose smallest planned size `at` did not compile, profiled at sizes planned for a budget GROW
-    times larger (none of them `at`): priced, and said so, or the compile failure stands with what the second plan
-    met."""
-    again = _profile(task, kernel, chip, size, tunables, timeout, flags, shrink=1 / GROW, avoid=at)
+    times larger than the plan that reached `at` (`shrink`: a plan made after smaller sizes ran out of memory grows
+    from its own budget, not the first one), none of them `at`: priced, and said so, or the compile failure stands
+    with what the second plan met."""
+    again = _profile(task, kernel, chip, size, tunables, timeout, flags, shrink=shrink / GROW, avoid=at)
     if again.ok:
         again.limits.append(f"{COMPILE_RETRIED} the shrunk size {at} ({(failed.error or '')[:160]}): "
                             f"{GROWN} {GROW} times larger, none of them that size")
