@@ -7,7 +7,8 @@ For each task, runs `maxkernel estimate --program baseline.py:workload --inputs 
 --parallel naming the axes the task's PARALLEL_DIMS reach (ARG.AXIS: those whose size changes when only those dims
 are doubled, both evaluated abstractly; by their sizes, D<size>, where that cannot be told), and with --compare-task beside
 `estimate --task` (the same baseline through its task folder), and records both estimates or the named reason there is none. Resumable:
-OUT.json keeps the rows made; OUT.md is the table. Every figure is an estimate, not a measured TPU time.
+OUT.json keeps the rows made; OUT.md is the table. Every figure is an estimate, not a measured TPU time. A row made
+under a raised memory guard (MAXKERNEL_ESTIMATE_MEMORY_MB, e.g. a 24 GB machine running one profile) says so.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from maxkernel.settings import Settings, get_settings  # noqa: E402
+
+DEFAULT_MEMORY_MB = Settings.model_fields["estimate_memory_mb"].default
 
 
 def _tasks(suite: str) -> list[Path]:
@@ -103,7 +108,9 @@ def row(folder: Path, chip: str, compare: bool) -> dict:
             "ok": bool(prog.get("ok")),
             "program_ms": prog.get("estimated_ms"), "task_ms": task.get("estimated_ms"),
             "under_priced": prog.get("under_priced"), "stage": prog.get("stage"),
-            "error": None if prog.get("ok") else (prog.get("error") or prog.get("summary")), "wall_s": round(wall, 1)}
+            "error": None if prog.get("ok") else (prog.get("error") or prog.get("summary")), "wall_s": round(wall, 1),
+            # The profiler's address-space guard the row ran under (MAXKERNEL_ESTIMATE_MEMORY_MB), said where raised.
+            "memory_mb": get_settings().estimate_memory_mb}
 
 
 def markdown(rows: list[dict], commit: str = "") -> str:
@@ -124,6 +131,8 @@ def markdown(rows: list[dict], commit: str = "") -> str:
         note = (("under-priced: " + str(r["under_priced"]).split(". Likely cause: ")[-1][:160]
                  if r["under_priced"] else "") if r["ok"]
                 else f"{r['stage']}: {str(r['error'])[:150]}").replace("|", "/").replace("\n", " ")
+        if r.get("memory_mb", DEFAULT_MEMORY_MB) != DEFAULT_MEMORY_MB:
+            note = f"(memory guard {r['memory_mb']} MB) {note}".strip()
         if r.get("collides"):
             note += f" (shrinks {', '.join(r['collides'])} too: same size as an independent dim)"
         ms = [f"{v:.3g}" if isinstance(v, (int, float)) else "—" for v in (r["program_ms"], r["task_ms"])]
