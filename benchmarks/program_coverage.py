@@ -30,11 +30,10 @@ DEFAULT_MEMORY_MB = Settings.model_fields["estimate_memory_mb"].default
 
 # Axes named by hand beside the task's independent dims, as a user of `estimate --program` would, where the batch alone
 # cannot be profiled: 28k's transposed conv does not compile at one image and runs the profiler past its memory guard at
-# four (even at 20 GB); its output depth (x's axis 2) is shrunk too (a conv's spatial axis: the work falls with it,
-# which the planner checks, and only the edge taps are not alike). 22k's conv with 3 input channels runs it past 20 GB
-# at two images of 128 x 128: its height (x's axis 2) is shrunk too (the instance norm's mean and variance over H and W
-# cost in proportion to them).
-EXTRA_AXES = {"28k_ConvTranspose3d_LayerNorm_GELU_Scaling": ["0.2"], "22k_Conv2d_InstanceNorm_Divide": ["0.2"]}
+# four (even at 20 GB), so its output depth (x's axis 2) is shrunk too. It did not help: at depth 2 the profiler passed
+# 16 GB at two images as well (session 35). 22k's height, tried the same way, was priced under its FLOP floor (0.555 ms
+# of static cycles against 1.53 at peak): that shrink misleads, so it is not named here.
+EXTRA_AXES = {"28k_ConvTranspose3d_LayerNorm_GELU_Scaling": ["0.2"]}
 
 
 def _tasks(suite: str) -> list[Path]:
