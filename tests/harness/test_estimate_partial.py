@@ -62,6 +62,19 @@ def _replay_then_real(monkeypatch, replies: list) -> list:
     return jobs
 
 
+def _oom_at_first(profile: dict) -> dict:
+    """The recorded profile job, crashed on the memory guard as it started its first (smallest) size."""
+    starting = [ln for ln in profile["lines"] if "starting" in ln]
+    return {**profile, "status": "crashed", "result": {}, "stderr": _OOM, "lines": starting[:1]}
+
+
+def _halved(plan: dict) -> dict:
+    """The recorded planning job with every profiled size's dims halved: a plan that goes lower."""
+    return {**plan, "lines": [{"lowered": {**ln["lowered"], "dims": {k: (v // 2 if isinstance(v, int) else v)
+                                                                     for k, v in ln["lowered"]["dims"].items()}}}
+                              if "lowered" in ln else ln for ln in plan["lines"]]}
+
+
 @pytest.mark.parametrize("status, stage", [("crashed", "memory"), ("timeout", "timeout")])
 def test_a_larger_size_out_of_memory_or_time_leaves_a_fit_on_the_smaller_ones(recorded, monkeypatch, status, stage):
     task, chip, whole, calls = recorded
@@ -111,8 +124,7 @@ def test_out_of_memory_at_the_smallest_size_is_planned_again_smaller_and_priced(
     for a budget MEMORY_SHRINK times smaller, profiled for real, and priced as the whole profile priced them."""
     task, chip, whole, calls = recorded
     plan, profile = calls
-    starting = [ln for ln in profile["lines"] if "starting" in ln]
-    crash = {**profile, "status": "crashed", "result": {}, "stderr": _OOM, "lines": starting[:1]}
+    crash = _oom_at_first(profile)
     jobs = _replay_then_real(monkeypatch, [plan, crash])
     again = est._profile(task, None, chip, "full", None, None, [])
     assert again.ok, again.error
@@ -132,11 +144,8 @@ def test_out_of_memory_again_at_the_smaller_plan_is_planned_smaller_once_more(re
     the first's); the third plan, 64 times smaller, is profiled for real and priced, saying both."""
     task, chip, whole, calls = recorded
     plan, profile = calls
-    starting = [ln for ln in profile["lines"] if "starting" in ln]
-    crash = {**profile, "status": "crashed", "result": {}, "stderr": _OOM, "lines": starting[:1]}
-    lower = {**plan, "lines": [{"lowered": {**ln["lowered"], "dims": {k: (v // 2 if isinstance(v, int) else v)
-                                                                      for k, v in ln["lowered"]["dims"].items()}}}
-                               if "lowered" in ln else ln for ln in plan["lines"]]}
+    crash = _oom_at_first(profile)
+    lower = _halved(plan)
     jobs = _replay_then_real(monkeypatch, [plan, crash, lower, crash])
     again = est._profile(task, None, chip, "full", None, None, [])
     assert again.ok, again.error
@@ -148,8 +157,7 @@ def test_out_of_memory_again_at_the_smaller_plan_is_planned_smaller_once_more(re
 def test_out_of_memory_stands_when_the_sizes_go_no_lower(recorded, monkeypatch):
     task, chip, _, calls = recorded
     plan, profile = calls
-    starting = [ln for ln in profile["lines"] if "starting" in ln]
-    crash = {**profile, "status": "crashed", "result": {}, "stderr": _OOM, "lines": starting[:1]}
+    crash = _oom_at_first(profile)
     replies = iter([plan, crash, plan])  # the second plan reaches the same smallest size
     monkeypatch.setattr(est, "_run", lambda *a, **k: next(replies))
     part = est._profile(task, None, chip, "full", None, None, [])
@@ -163,8 +171,7 @@ def test_a_smaller_plan_that_falls_back_to_the_whole_program_is_not_profiled(rec
     plan made because smaller sizes ran out of memory stops there instead, saying why."""
     task, chip, _, calls = recorded
     plan, profile = calls
-    starting = [ln for ln in profile["lines"] if "starting" in ln]
-    crash = {**profile, "status": "crashed", "result": {}, "stderr": _OOM, "lines": starting[:1]}
+    crash = _oom_at_first(profile)
     full = next(ln["plan"]["full_dims"] for ln in plan["lines"] if "plan" in ln)
     why = "cannot shrink the program below the profiling budget: P4: already 1"
     whole = {**plan, "lines": [{"plan": {**ln["plan"], "whole": why}} if "plan" in ln else
@@ -242,11 +249,8 @@ def test_a_compile_failure_inside_a_memory_replan_grows_from_that_plans_budget(r
     first), not GROW times the first's, which already ran out of memory; and that plan is not grown once more."""
     task, chip, _, calls = recorded
     plan, profile = calls
-    starting = [ln for ln in profile["lines"] if "starting" in ln]
-    crash = {**profile, "status": "crashed", "result": {}, "stderr": _OOM, "lines": starting[:1]}
-    lower = {**plan, "lines": [{"lowered": {**ln["lowered"], "dims": {k: (v // 2 if isinstance(v, int) else v)
-                                                                      for k, v in ln["lowered"]["dims"].items()}}}
-                               if "lowered" in ln else ln for ln in plan["lines"]]}
+    crash = _oom_at_first(profile)
+    lower = _halved(plan)
     at = next(ln["lowered"]["dims"] for ln in lower["lines"] if "lowered" in ln)
     refused = {**profile, "status": "ok", "stderr": "", "lines": [{"starting": at}],
                "result": {"status": "error", "stage": "compile", "error": "Expected instruction to have shape"}}
