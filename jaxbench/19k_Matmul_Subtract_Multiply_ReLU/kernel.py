@@ -23,6 +23,8 @@ MULTIPLY_VALUE = 1.5
 # bias is an input (without the bias, or without the dump, it fits). These tiles need about 41 MiB, so the
 # kernel asks for a scoped limit sized from them (v5e's default is 16 MiB, v6e's 32); not every combination
 # compiles, and an autotuner must treat a compile failure as a rejected candidate.
+# Session 35, by `maxkernel estimate`: 2048 x 2048 x 1024 re-reads w twice rather than four times, and
+# on v6e it takes 0.627 ms against 0.649 for 1024 x 2048 x 2048 (XLA 0.639); the defaults since (v5e: the kernel table). About 48 MiB of VMEM, as before.
 TUNABLES = {
     "block_m": (256, 512, 1024, 2048),
     "block_n": (512, 1024, 2048),
@@ -96,9 +98,9 @@ def workload(
     w: jax.Array,  # [out_features, in_features]
     b: jax.Array,  # [out_features]
     *,
-    block_m: int = 1024,
+    block_m: int = 2048,
     block_n: int = 2048,
-    block_k: int = 2048,
+    block_k: int = 1024,
 ) -> jax.Array:  # [batch_size, out_features] in x's dtype
     """relu((x @ w.T + b - subtract_value) * multiply_value) in one kernel: f32 accumulation over K."""
     (m, k), (n, k_w) = x.shape, w.shape

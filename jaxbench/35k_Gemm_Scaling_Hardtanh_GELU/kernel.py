@@ -19,6 +19,8 @@ from jax.experimental.pallas import tpu as pltpu
 # libtpu's profiled compile behind the estimate refused it for 27k: "Used 148.41M of 128.00M vmem ... scoped 68.32M,
 # HLO temp 80.09M" (the HLO temp apparently the requested limit plus the bias), so it cannot be priced. Not every
 # combination compiles, and the autotuner treats a compile failure as a rejected candidate.
+# Session 35, by `maxkernel estimate`: 2048 x 2048 x 1024 re-reads w twice rather than four times, and
+# on v6e it takes 0.632 ms against 0.694 for 1024 x 2048 x 2048 (XLA 0.95); the defaults since (v5e: the kernel table). About 48 MiB of VMEM, as before.
 TUNABLES = {
     "block_m": (256, 512, 1024, 2048),
     "block_n": (512, 1024, 2048),
@@ -139,9 +141,9 @@ def workload(
     w: jax.Array,  # [out_features, in_features]
     b: jax.Array,  # [out_features]
     *,
-    block_m: int = 1024,
+    block_m: int = 2048,
     block_n: int = 2048,
-    block_k: int = 2048,
+    block_k: int = 1024,
 ) -> jax.Array:  # [batch_size, out_features] in x's dtype
     """gelu(hardtanh(scaling_factor * (x @ w.T + b))) in one kernel: f32 accumulation over K, epilogue on the last
     K step."""

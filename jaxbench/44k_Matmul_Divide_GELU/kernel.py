@@ -23,6 +23,8 @@ DIVISOR = 10.0
 # 512 x 1024 x 8192 estimate for this task's sibling 47k did not finish in the shared-CPU session. XLA fuses this
 # epilogue into its GEMM, so parity is the expected outcome. Not every combination compiles, and the autotuner treats
 # a compile failure as a rejected candidate.
+# Session 35, by `maxkernel estimate`: 2048 x 2048 x 1024 re-reads w twice rather than four times, and
+# on v6e it takes 0.632 ms against 0.692 for 1024 x 2048 x 2048 (XLA 0.946); the defaults since (v5e: the kernel table). About 48 MiB of VMEM, as before.
 TUNABLES = {
     "block_m": (256, 512, 1024, 2048),
     "block_n": (512, 1024, 2048),
@@ -135,9 +137,9 @@ def workload(
     w: jax.Array,  # [out_features, in_features]
     b: jax.Array,  # [out_features]
     *,
-    block_m: int = 1024,
+    block_m: int = 2048,
     block_n: int = 2048,
-    block_k: int = 2048,
+    block_k: int = 1024,
 ) -> jax.Array:  # [batch_size, out_features] in x's dtype
     """gelu((x @ w.T + b) / divisor) in one kernel:
     f32 accumulation over K, epilogue on the last K step."""
