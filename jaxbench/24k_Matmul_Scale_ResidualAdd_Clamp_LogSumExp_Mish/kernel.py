@@ -28,6 +28,8 @@ _SCALE = 2.0 * SCALE_FACTOR
 
 # Candidate values per tunable. At full size (4096 x 8192 x 8192, bf16) large output tiles keep x and w re-reads
 # low (x is streamed once per N block, w once per M block); K takes four steps of 2048 with the defaults.
+# Session 35, by `maxkernel estimate`: 2048 x 2048 x 1024 re-reads w twice rather than four times, and
+# on v6e it takes 0.623 ms against 0.673 for 1024 x 2048 x 2048 (XLA 0.717); the defaults since (v5e: the kernel table). About 48 MiB of VMEM, as before.
 TUNABLES = {
     "block_m": (256, 512, 1024, 2048),
     "block_n": (512, 1024, 2048),
@@ -131,9 +133,9 @@ def workload(
     w: jax.Array,  # [hidden_size, input_size]
     b: jax.Array,  # [hidden_size]
     *,
-    block_m: int = 1024,
+    block_m: int = 2048,
     block_n: int = 2048,
-    block_k: int = 2048,
+    block_k: int = 1024,
 ) -> jax.Array:  # [batch_size, 1] in x's dtype
     """l * mish(l), l = logsumexp(clip(2 * ((x @ w.T + b) * scale), lo, hi), axis=1); the GEMM and exp-sums in one
     kernel with f32 accumulation and f32 epilogue."""
